@@ -1,0 +1,26 @@
+# Set-up is automatic: every target creates .venv and installs the package if needed.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.fl-lightning-installed
+
+.PHONY: install run test bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/fl-lightning fit --config configs/quickstart.yaml
+
+test: $(STAMP)
+	WANDB_MODE=offline $(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_loop.py
+
+clean:
+	rm -rf $(VENV) runs lightning_logs wandb .fl_cache

@@ -1,0 +1,54 @@
+"""The federated hooks an algorithm is written in (README, "Writing an algorithm").
+
+An ``FLCallback`` is an ordinary Lightning ``Callback`` (so Lightning saves its
+``state_dict()`` in checkpoints and restores it on resume) with extra hooks that the
+``FederatedLoop`` calls during a round, in this order::
+
+    configure_round(loop, plan)            server: which clients, what each uploads
+      for each sampled client:
+        on_client_start(loop, client)      client_init: after the global model is loaded
+          for each local step:
+            on_local_gradient(loop, client)    after backward: may change loop.flat.grad
+            on_local_step_end(loop, client)    after the optimizer step
+        on_client_end(loop, client)        client_final: may change client.upload
+    on_server_update(loop, update, received)   server_update: may change `update` in place
+    on_round_end(loop, plan)
+
+``loop.flat`` is the working model as one flat vector (``vector``, ``grad``),
+``loop.global_vector`` the server model x^r.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytorch_lightning as pl
+import torch
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fl_lightning.comm import ReceivedSums
+    from fl_lightning.loop import ClientTask, FederatedLoop, RoundPlan
+
+
+class FLCallback(pl.Callback):
+    """Base class: every hook is a no-op; override the ones the algorithm needs."""
+
+    def configure_round(self, loop: "FederatedLoop", plan: "RoundPlan") -> None:
+        """Server, before any client trains: e.g. assign upload masks (client.upload_ranges)."""
+
+    def on_client_start(self, loop: "FederatedLoop", client: "ClientTask") -> None:
+        """Client, once the global model is loaded into the working model."""
+
+    def on_local_gradient(self, loop: "FederatedLoop", client: "ClientTask") -> None:
+        """Client, after each backward pass: ``loop.flat.grad`` holds ∇f_i(y; ζ)."""
+
+    def on_local_step_end(self, loop: "FederatedLoop", client: "ClientTask") -> None:
+        """Client, after each optimizer step."""
+
+    def on_client_end(self, loop: "FederatedLoop", client: "ClientTask") -> None:
+        """Client, after local training: ``client.upload`` holds what it will send."""
+
+    def on_server_update(self, loop: "FederatedLoop", update: torch.Tensor, received: "ReceivedSums") -> None:
+        """Server: ``update`` is the aggregated parameter update, applied as x += η_g·update."""
+
+    def on_round_end(self, loop: "FederatedLoop", plan: "RoundPlan") -> None:
+        """Server, after the global model changed."""

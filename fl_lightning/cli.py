@@ -1,0 +1,78 @@
+"""``fl-lightning``: a LightningCLI (fit / validate / test, ``--config``, dotted overrides).
+
+User mistakes surface as one line naming the field and the fix (exit code 2), checked
+before any run directory is created.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Optional
+
+import torch
+from pytorch_lightning.cli import LightningCLI
+
+from fl_lightning.data.datamodule import FederatedDataModule
+from fl_lightning.errors import ConfigError, FLUserError
+from fl_lightning.module import FederatedModule
+
+TRAINER_DEFAULTS = {
+    "max_epochs": 30,  # = communication rounds
+    "num_sanity_val_steps": 0,
+    "log_every_n_steps": 1,
+    "logger": {"class_path": "pytorch_lightning.loggers.CSVLogger", "init_args": {"save_dir": "runs", "name": "fl"}},
+}
+CKPT_ALIASES = {"last", "best", "hpc", "registry"}
+
+
+def check_checkpoint(path: Optional[str]) -> None:
+    if path is None or path in CKPT_ALIASES:
+        return
+    try:
+        torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as err:  # any failure to read is the user's file, not our bug
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ConfigError("ckpt_path", f"cannot read checkpoint {path!r} ({reason}); pass a .ckpt file written by "
+                          "fl-lightning fit") from None
+
+
+class FederatedCLI(LightningCLI):
+    def __init__(self, args=None, run: bool = True):
+        super().__init__(FederatedModule, FederatedDataModule, trainer_defaults=TRAINER_DEFAULTS,
+                         seed_everything_default=0, save_config_kwargs={"overwrite": True},
+                         auto_configure_optimizers=False, args=args, run=run)
+
+    def _check(self) -> None:
+        check_checkpoint(self.config[self.subcommand].get("ckpt_path"))
+        self.datamodule.check()
+        self.model.check_compatible(self.datamodule)
+
+    def before_fit(self) -> None:
+        self._check()
+
+    def before_validate(self) -> None:
+        self._check()
+
+    def before_test(self) -> None:
+        self._check()
+
+    def after_fit(self) -> None:
+        metrics = self.trainer.callback_metrics
+        acc = metrics.get("val/acc")
+        upload = self.model.loop.comm.upload_d if self.model.loop else 0.0
+        acc_text = f"{float(acc):.4f}" if acc is not None else "n/a"
+        print(f"fl-lightning: {self.trainer.current_epoch} rounds, final val/acc {acc_text}, "
+              f"comm/upload_d {upload:.2f}, run dir {os.path.abspath(self.trainer.log_dir or '.')}")
+
+
+def main(args=None) -> int:
+    try:
+        FederatedCLI(args=args)
+    except FLUserError as err:
+        print(f"fl-lightning: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

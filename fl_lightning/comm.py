@@ -1,0 +1,124 @@
+"""What crosses the network, and how much of it (spec, "Communication accounting").
+
+A ``Payload`` is what one client receives or sends in a round: named channels
+("delta", "control", ...), each a list of contiguous slices ``[start, stop)`` of a
+server-side vector together with the tensor actually sent. Bytes are counted from
+those tensors, so masking (FedBCGD) and compression are accounted for automatically.
+
+``ReceivedSums`` is the server's side: uploads are summed as they stream in (never all
+held at once); ``mean``/``sum`` are plain functions of those sums.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Part:
+    channel: str
+    start: int
+    tensor: torch.Tensor
+
+    @property
+    def stop(self) -> int:
+        return self.start + self.tensor.numel()
+
+
+@dataclass
+class Payload:
+    parts: list[Part] = field(default_factory=list)
+
+    def add(self, channel: str, start: int, tensor: torch.Tensor) -> None:
+        """Send ``tensor`` as the slice of ``channel`` that begins at ``start``."""
+        self.parts.append(Part(channel, start, tensor.reshape(-1)))
+
+    def channel(self, name: str) -> list[Part]:
+        return [p for p in self.parts if p.channel == name]
+
+    def drop(self, channel: str) -> None:
+        self.parts = [p for p in self.parts if p.channel != channel]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.tensor.numel() * p.tensor.element_size() for p in self.parts)
+
+
+class ReceivedSums:
+    """Per-channel running sums of uploaded slices and of their weights, per coordinate."""
+
+    def __init__(self, sizes: dict[str, int], device: torch.device):
+        self.sizes = sizes
+        self.device = device
+        self._sum: dict[str, torch.Tensor] = {}
+        self._weight: dict[str, torch.Tensor] = {}
+
+    def _buffers(self, channel: str):
+        if channel not in self._sum:
+            if channel not in self.sizes:
+                raise KeyError(f"upload channel {channel!r} has no server vector; known: {sorted(self.sizes)}")
+            n = self.sizes[channel]
+            self._sum[channel] = torch.zeros(n, device=self.device)
+            self._weight[channel] = torch.zeros(n, device=self.device)
+        return self._sum[channel], self._weight[channel]
+
+    def add(self, upload: Payload, weight: float = 1.0) -> None:
+        for part in upload.parts:
+            total, weights = self._buffers(part.channel)
+            total[part.start:part.stop].add_(part.tensor.to(total.dtype), alpha=weight)
+            weights[part.start:part.stop].add_(weight)
+
+    def sum(self, channel: str) -> torch.Tensor:
+        """Σ over clients of what they uploaded (zero where nobody did)."""
+        return self._buffers(channel)[0]
+
+    def weight(self, channel: str) -> torch.Tensor:
+        """Per coordinate: how many clients (or how much weight) uploaded it."""
+        return self._buffers(channel)[1]
+
+    def mean(self, channel: str) -> torch.Tensor:
+        """Per coordinate: mean over the clients that uploaded it (zero where none did)."""
+        total, weights = self._buffers(channel)
+        return total / weights.clamp_min(torch.finfo(weights.dtype).tiny)
+
+
+class CommMeter:
+    """Cumulative communication (spec, "Communication accounting").
+
+    ``upload_d`` is the mean upload per sampled client, in float-equivalents (bytes / 4),
+    divided by d (the number of model parameters), summed over rounds.
+    """
+
+    FLOAT_BYTES = 4
+
+    def __init__(self, num_params: int):
+        self.num_params = num_params
+        self.upload_bytes = 0
+        self.download_bytes = 0
+        self.upload_d = 0.0
+        self.round_upload_bytes = 0
+        self.round_download_bytes = 0
+
+    def add_round(self, upload_bytes: list[int], download_bytes: list[int]) -> None:
+        self.round_upload_bytes = sum(upload_bytes)
+        self.round_download_bytes = sum(download_bytes)
+        self.upload_bytes += self.round_upload_bytes
+        self.download_bytes += self.round_download_bytes
+        per_client_floats = self.round_upload_bytes / self.FLOAT_BYTES / len(upload_bytes)
+        self.upload_d += per_client_floats / self.num_params
+
+    def metrics(self) -> dict[str, float]:
+        return {
+            "comm/upload_d": self.upload_d,
+            "comm/upload_bytes": float(self.upload_bytes),
+            "comm/download_bytes": float(self.download_bytes),
+        }
+
+    def state_dict(self) -> dict:
+        return {"upload_bytes": self.upload_bytes, "download_bytes": self.download_bytes, "upload_d": self.upload_d}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.upload_bytes = int(state["upload_bytes"])
+        self.download_bytes = int(state["download_bytes"])
+        self.upload_d = float(state["upload_d"])

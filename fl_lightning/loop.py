@@ -1,0 +1,163 @@
+"""``FederatedLoop``: one communication round (spec, "FedAvg" and the hooks of every algorithm).
+
+    plan = configure_round(r)                 sample S of M clients (seeded by round)
+    for client in plan.clients:               sequentially, on one reused working model
+        y ← x^r                                 client_init   (flat copy)
+        T local SGD steps                       client_step   (E epochs × ⌈n/B⌉ batches)
+        upload Δ = y − x^r over upload_ranges   client_final
+        received.add(upload)                    summed as it streams in
+    x^{r+1} = x^r + η_g · Δ̄                    server_update (FLCallbacks may transform Δ̄)
+
+Algorithms change this only through ``FLCallback`` hooks (fl_lightning.callbacks.base).
+"""
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Callable, ContextManager, Sequence
+
+import numpy as np
+import torch
+
+from fl_lightning.comm import CommMeter, Payload, ReceivedSums
+from fl_lightning.data.datamodule import ClientData
+from fl_lightning.flat import FlatModel
+from fl_lightning.seeding import derive_seed
+
+
+@dataclass
+class LocalConfig:
+    clients_per_round: int
+    local_epochs: int = 1
+    batch_size: int = 50
+    server_lr: float = 1.0
+    weighted_aggregation: bool = False
+
+
+@dataclass
+class ClientTask:
+    """One sampled client in one round: what it downloads, how it trains, what it uploads."""
+
+    client_id: int
+    position: int  # index in this round's sample
+    seed: int
+    num_samples: int
+    upload_ranges: list[tuple[int, int]]  # slices [start, stop) of the flat model it sends
+    download: Payload = field(default_factory=Payload)
+    upload: Payload = field(default_factory=Payload)
+    steps: int = 0
+    loss_sum: torch.Tensor = None
+    info: dict = field(default_factory=dict)  # per-algorithm annotations (e.g. the block it owns)
+
+
+@dataclass
+class RoundPlan:
+    round: int
+    lr: float
+    clients: list[ClientTask]
+
+
+class FederatedLoop:
+    def __init__(self, flat: FlatModel, clients: ClientData, loss_fn: Callable, optimizer: torch.optim.Optimizer,
+                 config: LocalConfig, callbacks: Sequence, forward_context: Callable[[], ContextManager] = nullcontext):
+        self.flat = flat
+        self.clients = clients
+        self.loss_fn = loss_fn
+        self.optimizer = optimizer
+        self.config = config
+        self.callbacks = list(callbacks)
+        self.forward_context = forward_context
+        self.global_vector = flat.vector.detach().clone()  # x^r: parameters, then floating buffers
+        self.comm = CommMeter(flat.num_params)
+        self._gradient_hooks = self._overriding("on_local_gradient")
+        self._step_hooks = self._overriding("on_local_step_end")
+
+    def _overriding(self, hook: str) -> list:
+        from fl_lightning.callbacks.base import FLCallback
+
+        return [cb for cb in self.callbacks if getattr(type(cb), hook) is not getattr(FLCallback, hook)]
+
+    def _call(self, hook: str, *args) -> None:
+        for cb in self.callbacks:
+            getattr(cb, hook)(self, *args)
+
+    # -- configure clients (server) -----------------------------------------------------
+    def sample_clients(self, round_idx: int) -> list[int]:
+        rng = np.random.default_rng(derive_seed(round_idx, 0x5A3))
+        return sorted(rng.choice(len(self.clients), self.config.clients_per_round, replace=False).tolist())
+
+    def configure_round(self, round_idx: int, lr: float) -> RoundPlan:
+        everything = [(0, self.flat.numel)]
+        tasks = [ClientTask(cid, pos, derive_seed(round_idx, cid), self.clients.num_samples(cid), list(everything))
+                 for pos, cid in enumerate(self.sample_clients(round_idx))]
+        plan = RoundPlan(round_idx, lr, tasks)
+        self._call("configure_round", plan)
+        return plan
+
+    # -- one round ----------------------------------------------------------------------
+    def run_round(self, round_idx: int, lr: float) -> torch.Tensor:
+        """Runs round ``round_idx``; returns the mean local training loss (a 0-dim tensor)."""
+        plan = self.configure_round(round_idx, lr)
+        received = ReceivedSums({"delta": self.flat.numel}, self.global_vector.device)
+        loss_sum, steps, up, down = 0.0, 0, [], []
+        for client in plan.clients:
+            self.run_client(client)
+            received.add(client.upload, weight=client.num_samples if self.config.weighted_aggregation else 1.0)
+            loss_sum, steps = client.loss_sum + loss_sum, steps + client.steps
+            up.append(client.upload.nbytes)
+            down.append(client.download.nbytes)
+        self.comm.add_round(up, down)
+        self.server_update(received)
+        self.flat.load(self.global_vector)
+        self._call("on_round_end", plan)
+        return loss_sum / max(steps, 1)
+
+    def run_client(self, client: ClientTask) -> None:
+        self.flat.load(self.global_vector)  # y ← x^r
+        client.download.add("model", 0, self.global_vector)
+        self.optimizer.state.clear()  # a fresh local optimizer for every client
+        self._call("on_client_start", client)
+        self.train_local(client)
+        delta = self.flat.vector - self.global_vector
+        for start, stop in client.upload_ranges:
+            client.upload.add("delta", start, delta[start:stop])
+        self._call("on_client_end", client)
+
+    def train_local(self, client: ClientTask) -> None:
+        """E local epochs of minibatch SGD on the client's own data (client_step)."""
+        x, y = self.clients.of(client.client_id)
+        n, batch = len(y), self.config.batch_size
+        generator = torch.Generator().manual_seed(client.seed)
+        torch.manual_seed(client.seed)  # dropout etc. replay exactly on resume
+        loss_sum = torch.zeros((), device=x.device)
+        flat, optimizer = self.flat, self.optimizer
+        steps = 0
+        for _ in range(self.config.local_epochs):
+            perm = torch.randperm(n, generator=generator).to(x.device)
+            xs, ys = x[perm], y[perm]
+            for start in range(0, n, batch):
+                with self.forward_context():
+                    loss = self.loss_fn(xs[start:start + batch], ys[start:start + batch])
+                flat.backward(loss)
+                for cb in self._gradient_hooks:
+                    cb.on_local_gradient(self, client)
+                optimizer.step()
+                for cb in self._step_hooks:
+                    cb.on_local_step_end(self, client)
+                loss_sum += loss.detach()
+                steps += 1
+        client.steps = steps
+        client.loss_sum = loss_sum
+
+    # -- aggregate (server) -------------------------------------------------------------
+    def server_update(self, received: ReceivedSums) -> None:
+        """x^{r+1} = x^r + η_g · Δ̄ on parameters (after FLCallbacks transform Δ̄); buffers take the mean."""
+        mean = received.mean("delta")
+        d = self.flat.num_params
+        update = mean[:d]
+        self._call("on_server_update", update, received)
+        self.global_vector[:d].add_(update, alpha=self.config.server_lr)
+        self.global_vector[d:].add_(mean[d:])
+
+    def is_finite(self) -> bool:
+        return bool(torch.isfinite(self.global_vector).all())

@@ -1,0 +1,36 @@
+"""LeNet-5 as used in the paper (spec, "Block divisions", LeNet-5; Table 7).
+
+conv 3→64 k5, max-pool 2, conv 64→64 k5, max-pool 2, fc 1600→384→192→C (ReLU between).
+``in_channels`` and ``image_size`` adapt it to MNIST-like inputs (fc1 input follows).
+"""
+from __future__ import annotations
+
+from torch import nn
+
+
+class LeNet5(nn.Module):
+    def __init__(self, num_classes: int = 10, in_channels: int = 3, image_size: int = 32):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, 64, kernel_size=5)
+        self.conv2 = nn.Conv2d(64, 64, kernel_size=5)
+        self.pool = nn.MaxPool2d(2)
+        self.act = nn.ReLU()
+        side = ((image_size - 4) // 2 - 4) // 2
+        self.fc1 = nn.Linear(64 * side * side, 384)
+        self.fc2 = nn.Linear(384, 192)
+        self.fc3 = nn.Linear(192, num_classes)
+
+    def forward(self, x):
+        x = self.pool(self.act(self.conv1(x)))
+        x = self.pool(self.act(self.conv2(x)))
+        x = x.flatten(1)
+        x = self.act(self.fc1(x))
+        x = self.act(self.fc2(x))
+        return self.fc3(x)
+
+    def get_classifier(self) -> nn.Module:
+        return self.fc3
+
+
+def lenet5(num_classes: int = 10, in_channels: int = 3, image_size: int = 32) -> LeNet5:
+    return LeNet5(num_classes, in_channels, image_size)

@@ -1,0 +1,215 @@
+"""``FederatedModule``: the LightningModule that owns the global model and runs rounds.
+
+One Lightning epoch is one communication round: the training "data loader" yields a
+single item per epoch and ``training_step`` runs the whole round through the
+``FederatedLoop``. So ``max_epochs`` counts rounds and Lightning's own callbacks,
+loggers, progress bar, validation schedule and ``ckpt_path`` resume work unchanged.
+Validation evaluates the global model on the global test split.
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fl_lightning.algorithms import build_algorithm, check_algorithm
+from fl_lightning.callbacks.base import FLCallback
+from fl_lightning.errors import ConfigError, DivergenceError
+from fl_lightning.flat import FlatModel
+from fl_lightning.loop import FederatedLoop, LocalConfig
+
+
+def _positive(field: str, value: float) -> None:
+    if not value > 0:
+        raise ConfigError(field, f"must be > 0, got {value}")
+
+
+class FederatedModule(pl.LightningModule):
+    """Args:
+        network: the model to federate (any ``nn.Module``, or a ``LightningModule`` whose
+            ``training_step`` then defines the local loss).
+        algorithm: preset name (``fedavg``, ``fedavgm``; see ``fl_lightning.algorithms``).
+        clients_per_round: S, clients sampled each round (paper: 10 of 100).
+        local_epochs: E, local epochs per round (paper: 5).
+        batch_size: B, local minibatch size (paper: 50).
+        lr: η, local learning rate (paper searches 0.01–0.3); decayed by ``lr_decay`` per round.
+        lr_decay: per-round multiplicative lr decay (paper: 0.998).
+        weight_decay: local SGD weight decay (paper: 1e-3).
+        client_momentum: local SGD momentum (reset for every client; paper: 0).
+        server_lr: η_g, server learning rate.
+        server_momentum: λ of server momentum (FedAvgM, FedBCGD).
+        weighted_aggregation: weight client updates by sample count instead of a plain mean.
+        max_upload_d: stop once ``comm/upload_d`` reaches this budget (paper: 1000).
+        target_accuracy: log ``comm/upload_d_at_target`` when val/acc first reaches it.
+    """
+
+    def __init__(self, network: nn.Module, algorithm: str = "fedavg", clients_per_round: int = 10,
+                 local_epochs: int = 1, batch_size: int = 50, lr: float = 0.1, lr_decay: float = 0.998,
+                 weight_decay: float = 1e-3, client_momentum: float = 0.0, server_lr: float = 1.0,
+                 server_momentum: float = 0.9, weighted_aggregation: bool = False,
+                 max_upload_d: Optional[float] = None, target_accuracy: Optional[float] = None):
+        super().__init__()
+        check_algorithm(algorithm)
+        if clients_per_round < 1:
+            raise ConfigError("model.clients_per_round", f"must be ≥ 1, got {clients_per_round}")
+        if local_epochs < 1:
+            raise ConfigError("model.local_epochs", f"must be ≥ 1, got {local_epochs}")
+        if batch_size < 1:
+            raise ConfigError("model.batch_size", f"must be ≥ 1, got {batch_size}")
+        _positive("model.lr", lr)
+        _positive("model.lr_decay", lr_decay)
+        _positive("model.server_lr", server_lr)
+        if weight_decay < 0:
+            raise ConfigError("model.weight_decay", f"must be ≥ 0, got {weight_decay}")
+        if max_upload_d is not None:
+            _positive("model.max_upload_d", max_upload_d)
+        self.save_hyperparameters(ignore=["network"])
+        self.automatic_optimization = False
+        self.net = network
+        self.flat = FlatModel(network)
+        self.loop: Optional[FederatedLoop] = None
+        self.upload_d_at_target: Optional[float] = None
+        self._restored: Optional[dict] = None
+        self._val_sums: list[torch.Tensor] = []
+        self._val_metrics: dict[str, float] = {}
+
+    # -- wiring ---------------------------------------------------------------------------
+    def _apply(self, fn, *args, **kwargs):
+        super()._apply(fn, *args, **kwargs)
+        self.flat.rebind()  # a device/dtype move gives parameters new storage
+        return self
+
+    def configure_callbacks(self):
+        return build_algorithm(self.hparams.algorithm, self.hparams)
+
+    def configure_optimizers(self):
+        hp = self.hparams
+        optimizer = torch.optim.SGD([self.flat.params], lr=hp.lr, momentum=hp.client_momentum,
+                                    weight_decay=hp.weight_decay)
+        schedule = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=hp.lr_decay)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "epoch"}}
+
+    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if isinstance(self.net, pl.LightningModule):
+            out = self.net.training_step((x, y), 0)
+            return out["loss"] if isinstance(out, dict) else out
+        return F.cross_entropy(self.net(x), y)
+
+    def check_compatible(self, datamodule) -> None:
+        """Fail fast on settings that only clash once model and data meet."""
+        datamodule.setup("fit")
+        s, m = self.hparams.clients_per_round, datamodule.num_clients
+        if s > m:
+            raise ConfigError("model.clients_per_round", f"S={s} exceeds data.num_clients M={m}; choose S ≤ M")
+        x = datamodule.split.test_x[:2]
+        try:
+            with torch.no_grad():
+                out = self.net.eval()(x.to(self.flat.device))
+        except RuntimeError as err:
+            raise ConfigError("model.network", f"cannot take {datamodule.dataset} inputs of shape "
+                              f"{tuple(x.shape[1:])}: {str(err).splitlines()[0]}") from None
+        if out.shape[-1] != datamodule.num_classes:
+            raise ConfigError("model.network", f"outputs {out.shape[-1]} classes but {datamodule.dataset} has "
+                              f"{datamodule.num_classes}; set the network's num_classes")
+
+    # -- training: one epoch = one round ------------------------------------------------------
+    def on_fit_start(self):
+        datamodule = self.trainer.datamodule
+        self.check_compatible(datamodule)
+        if self.trainer.loggers and self.trainer.log_dir and self.trainer.is_global_zero:
+            os.makedirs(self.trainer.log_dir, exist_ok=True)
+            datamodule.save_partition(os.path.join(self.trainer.log_dir, "partition.csv"))
+        for logger in self.trainer.loggers:
+            if isinstance(logger, pl.loggers.WandbLogger):
+                experiment = logger.experiment
+                experiment.define_metric("comm/upload_d")
+                for key in ("round", "lr", "train/*", "val/*", "comm/upload_bytes", "comm/download_bytes",
+                            "comm/upload_d_at_target"):
+                    experiment.define_metric(key, step_metric="comm/upload_d")
+
+    def on_train_start(self):
+        fl_callbacks = [cb for cb in self.trainer.callbacks if isinstance(cb, FLCallback)]
+        hp = self.hparams
+        config = LocalConfig(hp.clients_per_round, hp.local_epochs, hp.batch_size, hp.server_lr,
+                             hp.weighted_aggregation)
+        self.loop = FederatedLoop(self.flat, self.trainer.datamodule.clients.to(self.device), self.local_loss,
+                                  self.trainer.optimizers[0], config, fl_callbacks,
+                                  self.trainer.precision_plugin.forward_context)
+        if self._restored is not None:
+            self.loop.comm.load_state_dict(self._restored["comm"])
+            self.upload_d_at_target = self._restored["upload_d_at_target"]
+
+    def training_step(self, batch, batch_idx):
+        round_idx = self.current_epoch
+        self._val_metrics = {}
+        self.net.train()
+        lr = self.trainer.optimizers[0].param_groups[0]["lr"]
+        self._train_loss = float(self.loop.run_round(round_idx, lr))
+        self._lr = lr
+        if not (torch.isfinite(torch.tensor(self._train_loss)) and self.loop.is_finite()):
+            raise DivergenceError(f"round {round_idx + 1}: the training loss or the global model became NaN/inf "
+                                  f"(train/loss={self._train_loss}); lower model.lr or model.server_lr")
+        self.lr_schedulers().step()
+        comm = self.loop.comm
+        self.log_dict({"round": float(round_idx + 1), "comm/upload_d": comm.upload_d},
+                      prog_bar=True, logger=False, on_step=True, on_epoch=False)
+        budget = self.hparams.max_upload_d
+        if budget is not None and comm.upload_d >= budget - 1e-9:
+            self.trainer.should_stop = True
+
+    def on_train_epoch_end(self):
+        """One logger row per round: progress, communication, and the round's validation."""
+        row = {"round": float(self.current_epoch + 1), "train/loss": self._train_loss, "lr": self._lr,
+               **self.loop.comm.metrics(), **self._val_metrics}
+        if "val/acc" in self._val_metrics:
+            target = self.hparams.target_accuracy
+            if target is not None and self.upload_d_at_target is None and self._val_metrics["val/acc"] >= target:
+                self.upload_d_at_target = self.loop.comm.upload_d
+                row["comm/upload_d_at_target"] = self.upload_d_at_target
+        self.log_dict(row, on_step=False, on_epoch=True, logger=True)
+
+    # -- evaluation of the global model ------------------------------------------------------
+    def _eval_step(self, batch):
+        x, y = batch
+        logits = self.net(x)
+        loss = F.cross_entropy(logits.float(), y, reduction="sum")
+        correct = (logits.argmax(-1) == y).sum()
+        self._val_sums.append(torch.stack([loss.detach(), correct.float(), torch.tensor(float(len(y)), device=loss.device)]))
+
+    def _eval_epoch_end(self, prefix: str):
+        loss, correct, count = torch.stack(self._val_sums).sum(0).tolist()
+        self._val_sums = []
+        metrics = {f"{prefix}/acc": correct / count, f"{prefix}/loss": loss / count}
+        fitting = self.trainer.state.fn == "fit"
+        if fitting and not self.trainer.sanity_checking:
+            self._val_metrics = metrics
+        self.log_dict(metrics, prog_bar=True, logger=not fitting)
+
+    def validation_step(self, batch, batch_idx):
+        self._eval_step(batch)
+
+    def on_validation_epoch_end(self):
+        self._eval_epoch_end("val")
+
+    def test_step(self, batch, batch_idx):
+        self._eval_step(batch)
+
+    def on_test_epoch_end(self):
+        self._eval_epoch_end("test")
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    # The global model is the network's own state_dict (the working model holds x^r between
+    # rounds); algorithm state lives in the FLCallbacks' state_dict(), sampling and batch order
+    # are derived from (seed, round, client), the partition is in the datamodule's state.
+    def on_save_checkpoint(self, checkpoint):
+        checkpoint["federated"] = {"comm": self.loop.comm.state_dict() if self.loop else None,
+                                   "upload_d_at_target": self.upload_d_at_target}
+
+    def on_load_checkpoint(self, checkpoint):
+        state = checkpoint.get("federated")
+        if state is not None and state["comm"] is not None:
+            self._restored = state
