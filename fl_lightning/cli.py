@@ -10,6 +10,7 @@ import sys
 from typing import Optional
 
 import torch
+from jsonargparse import ArgumentError
 from pytorch_lightning.cli import LightningCLI
 
 from fl_lightning.data.datamodule import FederatedDataModule
@@ -40,7 +41,14 @@ class FederatedCLI(LightningCLI):
     def __init__(self, args=None, run: bool = True):
         super().__init__(FederatedModule, FederatedDataModule, trainer_defaults=TRAINER_DEFAULTS,
                          seed_everything_default=0, save_config_kwargs={"overwrite": True},
-                         auto_configure_optimizers=False, args=args, run=run)
+                         auto_configure_optimizers=False, parser_kwargs={"exit_on_error": False},
+                         args=args, run=run)
+
+    def _parse_ckpt_path(self) -> None:
+        # LightningCLI reads the checkpoint's hyper-parameters while parsing: check it is readable first.
+        if self.config.get("subcommand"):
+            check_checkpoint(self.config[self.config.subcommand].get("ckpt_path"))
+        super()._parse_ckpt_path()
 
     def _check(self) -> None:
         check_checkpoint(self.config[self.subcommand].get("ckpt_path"))
@@ -70,6 +78,10 @@ def main(args=None) -> int:
         FederatedCLI(args=args)
     except FLUserError as err:
         print(f"fl-lightning: error: {err}", file=sys.stderr)
+        return 2
+    except ArgumentError as err:  # jsonargparse: unknown option, wrong type, bad class_path
+        message = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+        print(f"fl-lightning: error: {message} (see fl-lightning --help)", file=sys.stderr)
         return 2
     return 0
 

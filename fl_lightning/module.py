@@ -106,12 +106,15 @@ class FederatedModule(pl.LightningModule):
         if s > m:
             raise ConfigError("model.clients_per_round", f"S={s} exceeds data.num_clients M={m}; choose S ≤ M")
         x = datamodule.split.test_x[:2]
+        was_training = self.net.training
         try:
             with torch.no_grad():
                 out = self.net.eval()(x.to(self.flat.device))
         except RuntimeError as err:
             raise ConfigError("model.network", f"cannot take {datamodule.dataset} inputs of shape "
                               f"{tuple(x.shape[1:])}: {str(err).splitlines()[0]}") from None
+        finally:
+            self.net.train(was_training)
         if out.shape[-1] != datamodule.num_classes:
             raise ConfigError("model.network", f"outputs {out.shape[-1]} classes but {datamodule.dataset} has "
                               f"{datamodule.num_classes}; set the network's num_classes")
@@ -154,12 +157,20 @@ class FederatedModule(pl.LightningModule):
             raise DivergenceError(f"round {round_idx + 1}: the training loss or the global model became NaN/inf "
                                   f"(train/loss={self._train_loss}); lower model.lr or model.server_lr")
         self.lr_schedulers().step()
+        self._count_round_as_optimizer_step()
         comm = self.loop.comm
         self.log_dict({"round": float(round_idx + 1), "comm/upload_d": comm.upload_d},
                       prog_bar=True, logger=False, on_step=True, on_epoch=False)
         budget = self.hparams.max_upload_d
         if budget is not None and comm.upload_d >= budget - 1e-9:
             self.trainer.should_stop = True
+
+    def _count_round_as_optimizer_step(self) -> None:
+        # Local SGD steps bypass Lightning (no per-batch overhead), so tell Lightning that one
+        # server step happened: trainer.global_step then counts rounds, and ModelCheckpoint saves.
+        progress = self.trainer.fit_loop.epoch_loop.manual_optimization.optim_step_progress
+        progress.increment_ready()
+        progress.increment_completed()
 
     def on_train_epoch_end(self):
         """One logger row per round: progress, communication, and the round's validation."""
@@ -170,7 +181,9 @@ class FederatedModule(pl.LightningModule):
             if target is not None and self.upload_d_at_target is None and self._val_metrics["val/acc"] >= target:
                 self.upload_d_at_target = self.loop.comm.upload_d
                 row["comm/upload_d_at_target"] = self.upload_d_at_target
-        self.log_dict(row, on_step=False, on_epoch=True, logger=True)
+        # float64, so byte counts and lr stay exact in every logger
+        self.log_dict({k: torch.tensor(v, dtype=torch.float64) for k, v in row.items()},
+                      on_step=False, on_epoch=True, logger=True)
 
     # -- evaluation of the global model ------------------------------------------------------
     def _eval_step(self, batch):

@@ -1,0 +1,76 @@
+"""The round engine inside a real Trainer: determinism, exact resume, budgets, targets, NaN."""
+import csv
+
+import pytest
+import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.loggers import CSVLogger
+
+from fl_lightning import FederatedDataModule, FederatedModule
+from fl_lightning.errors import DivergenceError
+from fl_lightning.models import MLP
+from tests.conftest import make_trainer
+
+
+def digits_run(rounds, name, algorithm="fedavgm", ckpt_path=None, callbacks=(), **hparams):
+    torch.manual_seed(0)
+    settings = dict(clients_per_round=4, local_epochs=1, batch_size=16, lr=0.1, server_momentum=0.5)
+    module = FederatedModule(MLP(64, 10, hidden=[32]), algorithm=algorithm, **{**settings, **hparams})
+    data = FederatedDataModule("digits", num_clients=8, dirichlet_rho=0.5)
+    logger = CSVLogger("runs", name=name)
+    trainer = make_trainer(rounds, logger=logger, callbacks=list(callbacks), enable_checkpointing=bool(callbacks))
+    trainer.fit(module, data, ckpt_path=ckpt_path)
+    return module, trainer, read_rows(logger.log_dir)
+
+
+def read_rows(log_dir):
+    with open(f"{log_dir}/metrics.csv") as f:
+        return [row for row in csv.DictReader(f)]
+
+
+def test_same_seed_same_metrics():
+    _, _, a = digits_run(3, "a")
+    _, _, b = digits_run(3, "b")
+    assert a == b
+    assert [r["round"] for r in a] == ["1.0", "2.0", "3.0"]
+    assert [float(r["comm/upload_d"]) for r in a] == [1.0, 2.0, 3.0]  # FedAvg-style: exactly +1 d per round
+    assert float(a[-1]["val/acc"]) > 0.3
+
+
+def test_resume_matches_uninterrupted_run():
+    every_round = ModelCheckpoint(dirpath="ckpts", filename="{epoch}", save_top_k=-1, every_n_epochs=1)
+    _, _, full = digits_run(4, "full", callbacks=[every_round])
+    _, trainer, resumed = digits_run(4, "resumed", ckpt_path="ckpts/epoch=1.ckpt")
+    assert [r["round"] for r in resumed] == ["3.0", "4.0"]
+    assert resumed == full[2:]
+
+
+def test_checkpoint_loads_with_weights_only():
+    every_round = ModelCheckpoint(dirpath="ckpts", filename="{epoch}", save_top_k=-1, every_n_epochs=1)
+    module, _, _ = digits_run(2, "w", callbacks=[every_round])
+    ckpt = torch.load("ckpts/epoch=1.ckpt", weights_only=True)
+    assert ckpt["federated"]["comm"]["upload_d"] == 2.0
+    assert len(ckpt["FederatedDataModule"]["client_indices"]) == 8
+    velocity = ckpt["callbacks"]["ServerMomentum"]["velocity"]
+    assert velocity.shape == (module.flat.num_params,) and velocity.abs().sum() > 0
+
+
+def test_upload_budget_stops_the_run():
+    module, trainer, rows = digits_run(10, "budget", max_upload_d=2.5)
+    assert trainer.current_epoch == 3 and module.loop.comm.upload_d == 3.0
+    assert len(rows) == 3
+
+
+def test_target_accuracy_logged_once():
+    _, _, rows = digits_run(6, "target", target_accuracy=0.5)
+    hits = [r for r in rows if r.get("comm/upload_d_at_target")]
+    assert len(hits) == 1
+    hit = hits[0]
+    assert float(hit["val/acc"]) >= 0.5
+    assert all(float(r["val/acc"]) < 0.5 for r in rows if float(r["round"]) < float(hit["round"]))
+    assert float(hit["comm/upload_d_at_target"]) == float(hit["comm/upload_d"])
+
+
+def test_divergence_names_the_round():
+    with pytest.raises(DivergenceError, match=r"round 1: .*NaN/inf"):
+        digits_run(3, "nan", algorithm="fedavg", lr=1e30)
