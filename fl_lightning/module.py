@@ -123,9 +123,8 @@ class FederatedModule(pl.LightningModule):
     def on_fit_start(self):
         datamodule = self.trainer.datamodule
         self.check_compatible(datamodule)
-        if self.trainer.loggers and self.trainer.log_dir and self.trainer.is_global_zero:
-            os.makedirs(self.trainer.log_dir, exist_ok=True)
-            datamodule.save_partition(os.path.join(self.trainer.log_dir, "partition.csv"))
+        if not self.trainer.is_global_zero:
+            return
         for logger in self.trainer.loggers:
             if isinstance(logger, pl.loggers.WandbLogger):
                 experiment = logger.experiment
@@ -133,6 +132,12 @@ class FederatedModule(pl.LightningModule):
                 for key in ("round", "lr", "train/*", "val/*", "comm/upload_bytes", "comm/download_bytes",
                             "comm/upload_d_at_target"):
                     experiment.define_metric(key, step_metric="comm/upload_d")
+                run_dir = experiment.dir  # the run's files/, synced with the run
+            else:
+                run_dir = logger.log_dir
+            if run_dir:
+                os.makedirs(run_dir, exist_ok=True)
+                datamodule.save_partition(os.path.join(run_dir, "partition.csv"))
 
     def on_train_start(self):
         fl_callbacks = [cb for cb in self.trainer.callbacks if isinstance(cb, FLCallback)]

@@ -1,4 +1,5 @@
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ requires_shared_data = pytest.mark.skipif(
 def _isolated(tmp_path, monkeypatch):
     """Every test runs in its own directory, offline, with the run seed fixed to 0."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["fl-lightning"])  # in-process CLI calls get their args explicitly
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     pl.seed_everything(0, verbose=False)

@@ -1,0 +1,83 @@
+"""The `fl-lightning` command: end to end, and one clear line for every bad input."""
+import csv
+import glob
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fl_lightning.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = str(ROOT / "configs" / "quickstart.yaml")
+FL = str(Path(sys.executable).parent / "fl-lightning")
+QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
+
+
+def test_fit_then_validate_end_to_end():
+    fit = subprocess.run([FL, "fit", "--config", QUICKSTART, "--trainer.max_epochs", "3", *QUIET],
+                         capture_output=True, text=True, timeout=300)
+    assert fit.returncode == 0, fit.stderr[-2000:]
+    summary = fit.stdout.strip().splitlines()[-1]
+    assert summary.startswith("fl-lightning: 3 rounds, final val/acc ") and "comm/upload_d 3.00" in summary
+    run_dir = Path(summary.split("run dir ")[1])
+    assert run_dir == Path.cwd() / "runs" / "quickstart" / "version_0"
+    rows = list(csv.DictReader(open(run_dir / "metrics.csv")))
+    assert [r["round"] for r in rows] == ["1.0", "2.0", "3.0"]
+    for key in ("val/acc", "val/loss", "train/loss", "lr", "comm/upload_d", "comm/upload_bytes", "comm/download_bytes"):
+        assert rows[-1][key] != ""
+    assert (run_dir / "config.yaml").exists() and (run_dir / "partition.csv").exists()
+    (ckpt,) = glob.glob(str(run_dir / "checkpoints" / "*.ckpt"))
+
+    val = subprocess.run([FL, "validate", "--config", QUICKSTART, "--ckpt_path", ckpt, *QUIET],
+                         capture_output=True, text=True, timeout=300)
+    assert val.returncode == 0, val.stderr[-2000:]
+    assert f"{float(rows[-1]['val/acc']):.4f}"[:5] in val.stdout  # the saved global model, re-evaluated
+
+
+def test_print_config_and_dotted_overrides(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", QUICKSTART, "--model.clients_per_round", "7", "--data.num_clients", "9",
+              "--seed_everything", "3", "--print_config"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "clients_per_round: 7" in out and "num_clients: 9" in out and "seed_everything: 3" in out
+    assert "algorithm: fedavgm" in out
+
+
+BAD_INPUTS = [
+    (["--model.clients_per_round", "21"], "model.clients_per_round", "S=21 exceeds data.num_clients M=20"),
+    (["--model.clients_per_round", "0"], "model.clients_per_round", "must be ≥ 1"),
+    (["--model.algorithm", "fedfoo"], "model.algorithm", "choose one of fedavg, fedavgm"),
+    (["--data.dataset", "imagenet9"], "data.dataset", "choose one of"),
+    (["--model.network.class_path", "fl_lightning.models.NoSuchNet"], "model.network", "NoSuchNet"),
+    (["--model.network.init_args.num_classes", "7"], "model.network", "outputs 7 classes"),
+    (["--data.dirichlet_rho", "0"], "data.dirichlet_rho", "must be > 0"),
+    (["--data.dirichlet_rho", "-0.5"], "data.dirichlet_rho", "must be > 0"),
+    (["--model.lr", "0"], "model.lr", "must be > 0"),
+    (["--model.lr", "-0.1"], "model.lr", "must be > 0"),
+    (["--data.dataset", "mnist", "--data.root", "nowhere"], "data.root", "set data.download=true"),
+    (["--ckpt_path", "missing.ckpt"], "ckpt_path", "cannot read checkpoint"),
+    (["--ckpt_path", "garbage.ckpt"], "ckpt_path", "cannot read checkpoint"),
+    (["--model.bogus", "1"], "unrecognized arguments", "--model.bogus"),
+]
+
+
+@pytest.mark.parametrize("args,field,fix", BAD_INPUTS, ids=[" ".join(a) for a, _, _ in BAD_INPUTS])
+def test_bad_input_is_one_line_and_nothing_written(args, field, fix, capsys):
+    Path("garbage.ckpt").write_text("not a checkpoint")
+    code = main(["fit", "--config", QUICKSTART, *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("fl-lightning: error: "), err
+    assert field in err[0] and fix in err[0]
+    assert not os.path.exists("runs")  # nothing half-written
+
+
+def test_nan_stops_with_the_round(capsys):
+    code = main(["fit", "--config", QUICKSTART, "--model.lr", "1e30", *QUIET])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert err[-1].startswith("fl-lightning: error: round 1: ") and "NaN/inf" in err[-1]
