@@ -1,0 +1,100 @@
+"""Throughput of local training through the FL loop vs a plain PyTorch loop (``make bench``).
+
+LeNet-5 on CIFAR-shaped random tensors, 10 clients × 500 samples, 1 local epoch, batch 50,
+SGD (lr 0.05, weight decay 1e-3). The FL side runs real rounds through a Lightning Trainer
+(validation off); the plain side trains one model on the same samples with the same batch
+size and optimizer. Rounds of the two are interleaved and the median round time of each is
+compared, so machine noise hits both alike. Target: ratio ≥ 0.90.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import time
+import warnings
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+
+from fl_lightning import FederatedDataModule, FederatedModule
+from fl_lightning.data import DataSplit
+from fl_lightning.models import LeNet5
+
+CLIENTS, PER_CLIENT, BATCH, LR, WD = 10, 500, 50, 0.05, 1e-3
+
+
+class RoundTimer(pl.Callback):
+    def __init__(self):
+        self.times = []
+
+    def on_train_epoch_start(self, trainer, module):
+        self._start = time.perf_counter()
+
+    def on_train_epoch_end(self, trainer, module):
+        self.times.append(time.perf_counter() - self._start)
+
+
+def make_data():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(CLIENTS * PER_CLIENT, 3, 32, 32, generator=g)
+    y = torch.randint(0, 10, (CLIENTS * PER_CLIENT,), generator=g)
+    return x, y
+
+
+def plain_round(model, optimizer, x, y, generator) -> float:
+    start = time.perf_counter()
+    for c in range(CLIENTS):
+        xc, yc = x[c * PER_CLIENT:(c + 1) * PER_CLIENT], y[c * PER_CLIENT:(c + 1) * PER_CLIENT]
+        perm = torch.randperm(PER_CLIENT, generator=generator)
+        xs, ys = xc[perm], yc[perm]
+        for b in range(0, PER_CLIENT, BATCH):
+            loss = F.cross_entropy(model(xs[b:b + BATCH]), ys[b:b + BATCH])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+    return time.perf_counter() - start
+
+
+def fl_rounds(x, y, rounds: int) -> list[float]:
+    split = DataSplit(x, y, x[:BATCH], y[:BATCH], 10)
+    clients = [torch.arange(c * PER_CLIENT, (c + 1) * PER_CLIENT) for c in range(CLIENTS)]
+    data = FederatedDataModule.from_tensors(split, clients)
+    module = FederatedModule(LeNet5(), algorithm="fedavg", clients_per_round=CLIENTS, local_epochs=1,
+                             batch_size=BATCH, lr=LR, weight_decay=WD)
+    timer = RoundTimer()
+    trainer = pl.Trainer(max_epochs=rounds, accelerator="cpu", logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+                         num_sanity_val_steps=0, callbacks=[timer])
+    trainer.fit(module, data)
+    return timer.times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved measurements of each side")
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
+    pl.seed_everything(0, verbose=False)
+    x, y = make_data()
+    model = LeNet5()
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, weight_decay=WD)
+    generator = torch.Generator().manual_seed(0)
+    plain_round(model, optimizer, x, y, generator)  # warm-up
+    fl_rounds(x, y, 1)  # warm-up
+    plain, fl = [], []
+    for _ in range(args.repeats):
+        plain.append(plain_round(model, optimizer, x, y, generator))
+        fl.extend(fl_rounds(x, y, 1))
+    samples = CLIENTS * PER_CLIENT
+    plain_rate, fl_rate = samples / statistics.median(plain), samples / statistics.median(fl)
+    print(f"threads: {torch.get_num_threads()}, samples per round: {samples}, rounds measured: {args.repeats} each")
+    print(f"plain PyTorch loop : {plain_rate:8.1f} samples/s  (round times {', '.join(f'{t:.2f}s' for t in plain)})")
+    print(f"fl-lightning loop  : {fl_rate:8.1f} samples/s  (round times {', '.join(f'{t:.2f}s' for t in fl)})")
+    print(f"ratio fl/plain     : {fl_rate / plain_rate:.3f}  (target ≥ 0.90)")
+
+
+if __name__ == "__main__":
+    main()
