@@ -1,0 +1,182 @@
+"""``FederatedDataModule``: one data set split among M clients (spec, "Experiment settings").
+
+Client data is kept as tensors — all clients' samples in one tensor ordered by client,
+plus offsets — and moved once to the training device (``ClientData.to``); local
+training slices it directly, with no DataLoader per client per round.
+The partition is part of ``state_dict()``, so a checkpoint restores it exactly.
+"""
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+
+from fl_lightning.data.datasets import DATASETS, DataOptions, DataSplit, check_dataset
+from fl_lightning.data.partition import class_histogram, dirichlet_partition, iid_partition
+from fl_lightning.errors import ConfigError
+from fl_lightning.seeding import run_seed
+
+PARTITIONS = ("dirichlet", "iid")
+
+
+@dataclass
+class ClientData:
+    """Every client's samples in one tensor, ordered by client: client i is rows offsets[i]:offsets[i+1]."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    offsets: list[int]
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def num_samples(self, client: int) -> int:
+        return self.offsets[client + 1] - self.offsets[client]
+
+    def of(self, client: int) -> tuple[torch.Tensor, torch.Tensor]:
+        a, b = self.offsets[client], self.offsets[client + 1]
+        return self.x[a:b], self.y[a:b]
+
+    def to(self, device) -> "ClientData":
+        return ClientData(self.x.to(device), self.y.to(device), self.offsets)
+
+
+class TensorBatches:
+    """A loader over in-memory tensors: consecutive slices, no per-sample Python work."""
+
+    def __init__(self, *tensors: torch.Tensor, batch_size: int):
+        self.tensors = tensors
+        self.batch_size = batch_size
+
+    def __len__(self) -> int:
+        return -(-len(self.tensors[0]) // self.batch_size)
+
+    def __iter__(self):
+        for start in range(0, len(self.tensors[0]), self.batch_size):
+            yield tuple(t[start:start + self.batch_size] for t in self.tensors)
+
+
+class FederatedDataModule(pl.LightningDataModule):
+    """Args:
+        dataset: ``digits`` (embedded), ``mnist`` (torchvision) or ``synthetic`` (FedProx Synthetic(α,β)).
+        num_clients: M, the number of clients.
+        partition: ``dirichlet`` (label skew) or ``iid``. Synthetic data is split by its generator.
+        dirichlet_rho: ρ > 0, Dirichlet concentration (paper: 0.6 and 0.1; smaller = more skew).
+        samples_per_client: samples held by every client (paper: 500); default ⌊N/M⌋.
+        root: where data sets live (torchvision layout, e.g. ``root/MNIST/raw``).
+        download: let torchvision download missing data.
+        synthetic_alpha, synthetic_beta: α and β of Synthetic(α, β).
+        eval_batch_size: batch size of the global test set.
+    """
+
+    def __init__(self, dataset: str = "digits", num_clients: int = 20, partition: str = "dirichlet",
+                 dirichlet_rho: float = 0.5, samples_per_client: Optional[int] = None, root: str = "data",
+                 download: bool = False, synthetic_alpha: float = 1.0, synthetic_beta: float = 1.0,
+                 eval_batch_size: int = 1000):
+        super().__init__()
+        if dataset not in DATASETS:
+            raise ConfigError("data.dataset", f"unknown data set {dataset!r}; choose one of {', '.join(sorted(DATASETS))}")
+        if num_clients < 1:
+            raise ConfigError("data.num_clients", f"must be ≥ 1, got {num_clients}")
+        if partition not in PARTITIONS:
+            raise ConfigError("data.partition", f"unknown partition {partition!r}; choose one of {', '.join(PARTITIONS)}")
+        if not dirichlet_rho > 0:
+            raise ConfigError("data.dirichlet_rho", f"must be > 0 (e.g. 0.6 or 0.1), got {dirichlet_rho}")
+        if samples_per_client is not None and samples_per_client < 1:
+            raise ConfigError("data.samples_per_client", f"must be ≥ 1, got {samples_per_client}")
+        self.dataset = dataset
+        self.num_clients = num_clients
+        self.partition = partition
+        self.dirichlet_rho = dirichlet_rho
+        self.eval_batch_size = eval_batch_size
+        self.options = DataOptions(root, download, num_clients, samples_per_client, synthetic_alpha, synthetic_beta)
+        self.split: Optional[DataSplit] = None
+        self.client_indices: Optional[list[torch.Tensor]] = None
+        self.clients: Optional[ClientData] = None
+
+    @classmethod
+    def from_tensors(cls, split: DataSplit, client_indices: Optional[list[torch.Tensor]] = None,
+                     **kwargs) -> "FederatedDataModule":
+        """Federate tensors you already have; ``client_indices`` fixes the partition (else ``partition``)."""
+        num_clients = len(client_indices) if client_indices is not None else kwargs.pop("num_clients", 20)
+        datamodule = cls(num_clients=num_clients, **kwargs)
+        datamodule.dataset = "tensors"
+        datamodule.split = split
+        if client_indices is not None:
+            datamodule._set_partition(client_indices)
+        return datamodule
+
+    # -- Lightning hooks --------------------------------------------------------------
+    def check(self) -> None:
+        """Fail fast if the data set is missing (called by the CLI before a run directory exists)."""
+        if self.split is None:
+            check_dataset(self.dataset, self.options)
+
+    def prepare_data(self) -> None:
+        self.check()
+
+    def setup(self, stage: Optional[str] = None) -> None:
+        if self.split is None:
+            self.split = DATASETS[self.dataset](self.options)
+        if self.client_indices is None:
+            self._set_partition(self._make_partition())
+
+    def train_dataloader(self):
+        # One item per epoch: the FederatedLoop runs the whole round inside training_step.
+        return TensorBatches(torch.zeros(1), batch_size=1)
+
+    def val_dataloader(self):
+        return self._eval_batches()
+
+    def test_dataloader(self):
+        return self._eval_batches()
+
+    def state_dict(self) -> dict:
+        return {"client_indices": self.client_indices}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.setup()
+        self._set_partition(state_dict["client_indices"])
+
+    # -- partition --------------------------------------------------------------------
+    @property
+    def num_classes(self) -> int:
+        self.setup()
+        return self.split.num_classes
+
+    def _make_partition(self) -> list[torch.Tensor]:
+        split = self.split
+        if split.natural_clients is not None:
+            return [torch.nonzero(split.natural_clients == k).flatten() for k in range(self.num_clients)]
+        rng = np.random.default_rng([run_seed(), 0xDA7A])
+        labels = split.train_y.numpy()
+        if self.partition == "iid":
+            return iid_partition(labels, self.num_clients, rng, self.options.samples_per_client)
+        return dirichlet_partition(labels, self.num_clients, self.dirichlet_rho, rng, self.options.samples_per_client)
+
+    def _set_partition(self, client_indices: list[torch.Tensor]) -> None:
+        self.client_indices = [idx.cpu() for idx in client_indices]
+        order = torch.cat(self.client_indices)
+        offsets = np.concatenate([[0], np.cumsum([len(i) for i in self.client_indices])]).tolist()
+        self.clients = ClientData(self.split.train_x[order], self.split.train_y[order], offsets)
+
+    def histogram(self) -> torch.Tensor:
+        """(M, C) per-client class counts."""
+        return class_histogram(self.split.train_y, self.client_indices, self.split.num_classes)
+
+    def save_partition(self, path: str) -> None:
+        """Write the per-client class histogram as CSV (one row per client)."""
+        hist = self.histogram()
+        with open(path, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["client", "samples"] + [f"class_{c}" for c in range(hist.shape[1])])
+            for i, row in enumerate(hist.tolist()):
+                writer.writerow([i, sum(row)] + row)
+
+    def _eval_batches(self) -> TensorBatches:
+        self.setup()
+        return TensorBatches(self.split.test_x, self.split.test_y, batch_size=self.eval_batch_size)

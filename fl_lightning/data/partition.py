@@ -1,0 +1,76 @@
+"""Splitting one labelled data set among M clients (paper Sec. 5.1, spec "Experiment settings").
+
+Every client gets the same number of samples n (``samples_per_client``; default
+⌊N/M⌋). Label skew follows the Dirichlet scheme of the FedDyn/FedDC/FedBCGD code:
+client i draws class proportions p_i ~ Dir(ρ·1_C), then
+fills its n slots one sample at a time by drawing a class from p_i and taking the next
+unused sample of that class; a class that runs out is removed from every client's
+proportions. Small ρ means strong skew; ρ → ∞ approaches IID.
+
+All functions are plain: labels and a ``numpy.random.Generator`` in, one index tensor per
+client out.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import torch
+
+
+def _client_size(num_samples: int, num_clients: int, samples_per_client: Optional[int]) -> int:
+    n = num_samples // num_clients if samples_per_client is None else samples_per_client
+    if n < 1 or n * num_clients > num_samples:
+        from fl_lightning.errors import ConfigError
+
+        raise ConfigError(
+            "data.samples_per_client",
+            f"{num_clients} clients × {n} samples needs {num_clients * max(n, 1)} but the data set has "
+            f"{num_samples}; lower data.num_clients or data.samples_per_client",
+        )
+    return n
+
+
+def iid_partition(labels: np.ndarray, num_clients: int, rng: np.random.Generator,
+                  samples_per_client: Optional[int] = None) -> list[torch.Tensor]:
+    n = _client_size(len(labels), num_clients, samples_per_client)
+    order = rng.permutation(len(labels))[: n * num_clients]
+    return [torch.as_tensor(np.sort(chunk), dtype=torch.long) for chunk in order.reshape(num_clients, n)]
+
+
+def dirichlet_partition(labels: np.ndarray, num_clients: int, rho: float, rng: np.random.Generator,
+                        samples_per_client: Optional[int] = None) -> list[torch.Tensor]:
+    n = _client_size(len(labels), num_clients, samples_per_client)
+    classes = np.unique(labels)
+    proportions = rng.dirichlet(np.full(len(classes), rho), size=num_clients)  # (M, C)
+    pools = [rng.permutation(np.flatnonzero(labels == c)).tolist() for c in classes]
+    remaining = proportions.copy()
+    clients = []
+    for i in range(num_clients):
+        taken = []
+        for _ in range(n):
+            p = remaining[i]
+            total = p.sum()
+            if total <= 0:  # every class this client wanted ran out: fall back to what is left
+                p = np.array([len(pool) > 0 for pool in pools], dtype=float)
+                total = p.sum()
+            c = int(np.searchsorted(np.cumsum(p / total), rng.random(), side="right"))
+            c = min(c, len(classes) - 1)
+            taken.append(pools[c].pop())
+            if not pools[c]:
+                remaining[:, c] = 0.0
+        clients.append(torch.as_tensor(sorted(taken), dtype=torch.long))
+    return clients
+
+
+def class_histogram(labels: torch.Tensor, client_indices: list[torch.Tensor], num_classes: int) -> torch.Tensor:
+    """(M, C) matrix: how many samples of each class every client holds."""
+    return torch.stack([torch.bincount(labels[idx], minlength=num_classes) for idx in client_indices])
+
+
+def label_skew(histogram: torch.Tensor) -> float:
+    """Mean total-variation distance between each client's label distribution and the global one (0 = IID)."""
+    hist = histogram.double()
+    client = hist / hist.sum(1, keepdim=True)
+    overall = hist.sum(0) / hist.sum()
+    return float(0.5 * (client - overall).abs().sum(1).mean())
