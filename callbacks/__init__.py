@@ -1,5 +1,8 @@
 """Federated-learning callbacks, importable as ``fl_lightning.callbacks``."""
 from fl_lightning.callbacks.base import FLCallback
+from fl_lightning.callbacks.block_upload import BlockUploadMask
+from fl_lightning.callbacks.control_variates import ControlVariates
 from fl_lightning.callbacks.server_momentum import ServerMomentum
+from fl_lightning.callbacks.variance_reduction import VarianceReduction
 
-__all__ = ["FLCallback", "ServerMomentum"]
+__all__ = ["FLCallback", "BlockUploadMask", "ControlVariates", "ServerMomentum", "VarianceReduction"]

@@ -47,6 +47,20 @@ def _named_tensors(net: nn.Module):
             yield name, b, False
 
 
+def tensor_layout(net: nn.Module, order: Optional[Iterable[str]] = None) -> list[tuple[Segment, torch.Tensor]]:
+    """Where each parameter and floating buffer goes in the flat vector: parameters first,
+    each group in ``order`` (tensor names; unnamed ones keep module order, after the named)."""
+    named = list(_named_tensors(net))
+    rank = {name: i for i, name in enumerate(order or ())}
+    named.sort(key=lambda item: (not item[2], rank.get(item[0], len(rank))))
+    layout, start = [], 0
+    for name, tensor, is_param in named:
+        module = name.rsplit(".", 1)[0] if "." in name else ""
+        layout.append((Segment(name, module, start, start + tensor.numel(), tuple(tensor.shape), is_param), tensor))
+        start += tensor.numel()
+    return layout
+
+
 class FlatModel:
     """Rebinds ``net``'s parameters and floating buffers as views of one flat vector.
 
@@ -56,21 +70,9 @@ class FlatModel:
 
     def __init__(self, net: nn.Module, order: Optional[Iterable[str]] = None):
         self.net = net
-        named = list(_named_tensors(net))
-        if order is not None:
-            rank = {name: i for i, name in enumerate(order)}
-            named.sort(key=lambda item: (not item[2], rank.get(item[0], len(rank))))
-        else:
-            named.sort(key=lambda item: not item[2])  # stable: params, then buffers
-        self._tensors = named
-        segments, start = [], 0
-        for name, tensor, is_param in named:
-            module = name.rsplit(".", 1)[0] if "." in name else ""
-            segments.append(Segment(name, module, start, start + tensor.numel(), tuple(tensor.shape), is_param))
-            start += tensor.numel()
-        self.segments: list[Segment] = segments
-        self.numel = start
-        self.num_params = sum(s.numel for s in segments if s.is_param)
+        self.segments: list[Segment] = [seg for seg, _ in tensor_layout(net, order)]
+        self.numel = self.segments[-1].stop if self.segments else 0
+        self.num_params = sum(s.numel for s in self.segments if s.is_param)
         self.rebind()
 
     def rebind(self) -> None:
@@ -111,12 +113,11 @@ class FlatModel:
         """Set every parameter and floating buffer from a flat vector (one copy)."""
         self.vector.copy_(source)
 
-    def backward(self, loss: torch.Tensor) -> None:
-        """Write ∇loss w.r.t. every parameter into ``grad`` (zeros for unused parameters)."""
+    def backward(self, loss: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Write ∇loss w.r.t. every parameter into ``out`` (default ``grad``); zeros for unused ones."""
         grads = torch.autograd.grad(loss, self._param_list, allow_unused=True, materialize_grads=True)
-        torch.cat([g.reshape(-1) for g in grads], out=self.grad)
+        target = self.grad if out is None else out
+        torch.cat([g.reshape(-1) for g in grads], out=target)
         self.params.grad = self.grad
+        return target
 
-    def segments_of(self, names: Iterable[str]) -> list[Segment]:
-        wanted = set(names)
-        return [s for s in self.segments if s.name in wanted]

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Callable, ContextManager, Sequence
+from typing import Callable, ContextManager, Optional, Sequence
 
 import numpy as np
 import torch
 
+from fl_lightning.blocks import BlockPartition
 from fl_lightning.comm import CommMeter, Payload, ReceivedSums
 from fl_lightning.data.datamodule import ClientData
 from fl_lightning.flat import FlatModel
@@ -32,6 +33,7 @@ class LocalConfig:
     batch_size: int = 50
     server_lr: float = 1.0
     weighted_aggregation: bool = False
+    grad_clip: Optional[float] = None  # clip each local gradient's norm (the authors' code: 10)
 
 
 @dataclass
@@ -47,6 +49,7 @@ class ClientTask:
     upload: Payload = field(default_factory=Payload)
     steps: int = 0
     loss_sum: torch.Tensor = None
+    batch: tuple = ()  # the current local minibatch (x, y)
     info: dict = field(default_factory=dict)  # per-algorithm annotations (e.g. the block it owns)
 
 
@@ -59,8 +62,10 @@ class RoundPlan:
 
 class FederatedLoop:
     def __init__(self, flat: FlatModel, clients: ClientData, loss_fn: Callable, optimizer: torch.optim.Optimizer,
-                 config: LocalConfig, callbacks: Sequence, forward_context: Callable[[], ContextManager] = nullcontext):
+                 config: LocalConfig, callbacks: Sequence, forward_context: Callable[[], ContextManager] = nullcontext,
+                 blocks: Optional[BlockPartition] = None):
         self.flat = flat
+        self.blocks = blocks
         self.clients = clients
         self.loss_fn = loss_fn
         self.optimizer = optimizer
@@ -71,6 +76,7 @@ class FederatedLoop:
         self.comm = CommMeter(flat.num_params)
         self._gradient_hooks = self._overriding("on_local_gradient")
         self._step_hooks = self._overriding("on_local_step_end")
+        self._work: dict[str, torch.Tensor] = {}
 
     def _overriding(self, hook: str) -> list:
         from fl_lightning.callbacks.base import FLCallback
@@ -98,7 +104,8 @@ class FederatedLoop:
     def run_round(self, round_idx: int, lr: float) -> torch.Tensor:
         """Runs round ``round_idx``; returns the mean local training loss (a 0-dim tensor)."""
         plan = self.configure_round(round_idx, lr)
-        received = ReceivedSums({"delta": self.flat.numel}, self.global_vector.device)
+        # "delta": model updates (params and buffers); "control": control-variate updates (params)
+        received = ReceivedSums({"delta": self.flat.numel, "control": self.flat.num_params}, self.global_vector.device)
         loss_sum, steps, up, down = 0.0, 0, [], []
         for client in plan.clients:
             self.run_client(client)
@@ -130,15 +137,18 @@ class FederatedLoop:
         generator = torch.Generator().manual_seed(client.seed)
         torch.manual_seed(client.seed)  # dropout etc. replay exactly on resume
         loss_sum = torch.zeros((), device=x.device)
-        flat, optimizer = self.flat, self.optimizer
+        flat, optimizer, clip = self.flat, self.optimizer, self.config.grad_clip
         steps = 0
         for _ in range(self.config.local_epochs):
             perm = torch.randperm(n, generator=generator).to(x.device)
             xs, ys = x[perm], y[perm]
             for start in range(0, n, batch):
+                client.batch = (xs[start:start + batch], ys[start:start + batch])
                 with self.forward_context():
-                    loss = self.loss_fn(xs[start:start + batch], ys[start:start + batch])
+                    loss = self.loss_fn(*client.batch)
                 flat.backward(loss)
+                if clip is not None:
+                    flat.grad.mul_(torch.clamp(clip / (flat.grad.norm() + 1e-6), max=1.0))
                 for cb in self._gradient_hooks:
                     cb.on_local_gradient(self, client)
                 optimizer.step()
@@ -148,6 +158,44 @@ class FederatedLoop:
                 steps += 1
         client.steps = steps
         client.loss_sum = loss_sum
+
+    # -- gradients at the downloaded model (SVRG, control-variate option I) ---------------
+    def full_gradient(self, client: ClientTask) -> torch.Tensor:
+        """∇f_i(x^r): the mean loss gradient over all of the client's data, at the downloaded
+        model; one pass, computed once per client and round. Call it while the working model
+        is still x^r (``on_client_start``)."""
+        if "full_gradient" not in client.info:
+            x, y = self.clients.of(client.client_id)
+            total = torch.zeros_like(self.flat.grad)
+            for start in range(0, len(y), self.config.batch_size):
+                xb, yb = x[start:start + self.config.batch_size], y[start:start + self.config.batch_size]
+                with self.forward_context():
+                    loss = self.loss_fn(xb, yb)
+                total.add_(self.flat.backward(loss, out=self._scratch_grad()), alpha=len(yb) / len(y))
+            self.flat.load(self.global_vector)  # undo what the pass did to BatchNorm statistics
+            client.info["full_gradient"] = total
+        return client.info["full_gradient"]
+
+    def gradient_at_global(self, client: ClientTask) -> torch.Tensor:
+        """∇f_i(x^r; ζ) for the current minibatch ζ; the working model y is left unchanged."""
+        saved = self._buffer("saved_vector", self.flat.vector)
+        saved.copy_(self.flat.vector)
+        self.flat.load(self.global_vector)
+        with self.forward_context():
+            loss = self.loss_fn(*client.batch)
+        grad = self.flat.backward(loss, out=self._scratch_grad())
+        self.flat.load(saved)
+        return grad
+
+    def _scratch_grad(self) -> torch.Tensor:
+        return self._buffer("scratch_grad", self.flat.grad)
+
+    def _buffer(self, name: str, like: torch.Tensor) -> torch.Tensor:
+        """A reusable work tensor shaped like ``like`` (allocated once, not per step)."""
+        buffer = self._work.get(name)
+        if buffer is None or buffer.shape != like.shape or buffer.device != like.device:
+            buffer = self._work[name] = torch.empty_like(like)
+        return buffer
 
     # -- aggregate (server) -------------------------------------------------------------
     def server_update(self, received: ReceivedSums) -> None:

@@ -9,14 +9,15 @@ Validation evaluates the global model on the global test split.
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import Optional, Union
 
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fl_lightning.algorithms import build_algorithm, check_algorithm
+from fl_lightning.algorithms import BLOCK_ALGORITHMS, build_algorithm, check_algorithm
+from fl_lightning.blocks import build_partition
 from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.errors import ConfigError, DivergenceError
 from fl_lightning.flat import FlatModel
@@ -45,13 +46,26 @@ class FederatedModule(pl.LightningModule):
         weighted_aggregation: weight client updates by sample count instead of a plain mean.
         max_upload_d: stop once ``comm/upload_d`` reaches this budget (paper: 1000).
         target_accuracy: log ``comm/upload_d_at_target`` when val/acc first reaches it.
+        num_blocks: N, parameter blocks (FedBCGD); default: the paper's division, else 5.
+        block_division: ``auto`` (paper preset if the model has one, else balanced), ``balanced``,
+            or ``{blocks: [[module patterns]], shared: [patterns]}`` (see ``fl_lightning.blocks``).
+        shared_block: keep a shared block uploaded by every client (ablation: false).
+        control_variate: c_i refresh, ``option1`` (FedBCGD+ default) or ``option2`` (SCAFFOLD default).
+        variance_reduction: FedBCGD+'s SVRG term.
+        control_apply, control_damping: the authors' code variants (``after_step``, 0.1); see
+            ``fl_lightning.callbacks.control_variates``.
+        grad_clip: clip each local gradient to this norm (the authors' code: 10).
     """
 
     def __init__(self, network: nn.Module, algorithm: str = "fedavg", clients_per_round: int = 10,
                  local_epochs: int = 1, batch_size: int = 50, lr: float = 0.1, lr_decay: float = 0.998,
                  weight_decay: float = 1e-3, client_momentum: float = 0.0, server_lr: float = 1.0,
-                 server_momentum: float = 0.9, weighted_aggregation: bool = False,
-                 max_upload_d: Optional[float] = None, target_accuracy: Optional[float] = None):
+                 server_momentum: float = 0.8, weighted_aggregation: bool = False,
+                 max_upload_d: Optional[float] = None, target_accuracy: Optional[float] = None,
+                 num_blocks: Optional[int] = None, block_division: Union[str, dict] = "auto",
+                 shared_block: bool = True, control_variate: Optional[str] = None,
+                 variance_reduction: bool = True, control_apply: str = "gradient", control_damping: float = 1.0,
+                 grad_clip: Optional[float] = None):
         super().__init__()
         check_algorithm(algorithm)
         if clients_per_round < 1:
@@ -70,7 +84,9 @@ class FederatedModule(pl.LightningModule):
         self.save_hyperparameters(ignore=["network"])
         self.automatic_optimization = False
         self.net = network
-        self.flat = FlatModel(network)
+        needs_blocks = algorithm in BLOCK_ALGORITHMS or num_blocks is not None or block_division != "auto"
+        self.blocks = build_partition(network, block_division, num_blocks, shared_block) if needs_blocks else None
+        self.flat = FlatModel(network, order=self.blocks.order if self.blocks else None)
         self.loop: Optional[FederatedLoop] = None
         self.upload_d_at_target: Optional[float] = None
         self._restored: Optional[dict] = None
@@ -143,10 +159,10 @@ class FederatedModule(pl.LightningModule):
         fl_callbacks = [cb for cb in self.trainer.callbacks if isinstance(cb, FLCallback)]
         hp = self.hparams
         config = LocalConfig(hp.clients_per_round, hp.local_epochs, hp.batch_size, hp.server_lr,
-                             hp.weighted_aggregation)
+                             hp.weighted_aggregation, hp.grad_clip)
         self.loop = FederatedLoop(self.flat, self.trainer.datamodule.clients.to(self.device), self.local_loss,
                                   self.trainer.optimizers[0], config, fl_callbacks,
-                                  self.trainer.precision_plugin.forward_context)
+                                  self.trainer.precision_plugin.forward_context, self.blocks)
         if self._restored is not None:
             self.loop.comm.load_state_dict(self._restored["comm"])
             self.upload_d_at_target = self._restored["upload_d_at_target"]

@@ -1,0 +1,20 @@
+"""SVRG variance reduction in the local step (spec, "FedBCGD+", Eq. 4; Johnson & Zhang 2013).
+
+    g ← ∇f_i(y; ζ) − ∇f_i(x^r; ζ) + ∇f_i(x^r)
+
+∇f_i(x^r) is the client's full local gradient at the downloaded model, computed once per
+round (``FederatedLoop.full_gradient``); ∇f_i(x^r; ζ) costs a second backward per step.
+"""
+from __future__ import annotations
+
+from fl_lightning.callbacks.base import FLCallback
+
+
+class VarianceReduction(FLCallback):
+    def on_client_start(self, loop, client):
+        loop.full_gradient(client)  # while the working model is still x^r
+
+    def on_local_gradient(self, loop, client):
+        grad = loop.flat.grad
+        grad.sub_(loop.gradient_at_global(client))
+        grad.add_(loop.full_gradient(client))
