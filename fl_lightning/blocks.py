@@ -81,9 +81,10 @@ def _merge(ranges: Ranges) -> Ranges:
 
 
 def _layers(segments: list[Segment]) -> list[str]:
+    """Display names: modules (or top-level tensors) cut to two name levels, in order."""
     seen: list[str] = []
     for seg in segments:
-        label = seg.module or seg.name
+        label = ".".join((seg.module or seg.name).split(".")[:2])
         if seg.is_param and label not in seen:
             seen.append(label)
     return seen
@@ -115,7 +116,7 @@ def from_patterns(net: nn.Module, blocks: list[list[str]], shared: list[str], so
     for g in range(len(groups)):
         segs = [seg for seg, _ in placed if owner[seg.name] == g]
         name = "shared" if g == len(blocks) else f"block {g + 1}"
-        built.append(Block(name, _merge([(s.start, s.stop) for s in segs]), _layers(segs),
+        built.append(Block(name, _merge([(s.start, s.stop) for s in segs]), list(groups[g]),
                            sum(s.numel for s in segs if s.is_param)))
     d = sum(b.num_params for b in built)
     shared_block = built[-1] if built[-1].ranges else None

@@ -13,6 +13,7 @@ import torch
 from jsonargparse import ArgumentError
 from pytorch_lightning.cli import LightningCLI
 
+from fl_lightning.blocks import build_partition
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.errors import ConfigError, FLUserError
 from fl_lightning.module import FederatedModule
@@ -73,8 +74,22 @@ class FederatedCLI(LightningCLI):
               f"comm/upload_d {upload:.2f}, run dir {os.path.abspath(self.trainer.log_dir or '.')}")
 
 
+def print_blocks(args: list[str]) -> None:
+    """``fl-lightning blocks --config X``: print the model's block division and exit."""
+    sys.argv = sys.argv[:1] + args  # LightningCLI reads its arguments from the command line
+    cli = FederatedCLI(run=False)
+    model = cli.model
+    blocks = model.blocks or build_partition(model.net, model.hparams.block_division, model.hparams.num_blocks,
+                                             model.hparams.shared_block)
+    print(blocks.table())
+
+
 def main(args=None) -> int:
+    command = sys.argv[1:] if args is None else list(args)
     try:
+        if command[:1] == ["blocks"]:
+            print_blocks(command[1:])
+            return 0
         FederatedCLI(args=args)
     except FLUserError as err:
         print(f"fl-lightning: error: {err}", file=sys.stderr)
