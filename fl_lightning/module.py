@@ -55,6 +55,8 @@ class FederatedModule(pl.LightningModule):
         control_apply, control_damping: the authors' code variants (``after_step``, 0.1); see
             ``fl_lightning.callbacks.control_variates``.
         grad_clip: clip each local gradient to this norm (the authors' code: 10).
+        eval_train_objective: at each validation also log ``train/objective``, the global
+            training objective f(x) + (weight_decay/2)‖x‖² over all clients' data (convex plots).
     """
 
     def __init__(self, network: nn.Module, algorithm: str = "fedavg", clients_per_round: int = 10,
@@ -65,7 +67,7 @@ class FederatedModule(pl.LightningModule):
                  num_blocks: Optional[int] = None, block_division: Union[str, dict] = "auto",
                  shared_block: bool = True, control_variate: Optional[str] = None,
                  variance_reduction: bool = True, control_apply: str = "gradient", control_damping: float = 1.0,
-                 grad_clip: Optional[float] = None):
+                 grad_clip: Optional[float] = None, eval_train_objective: bool = False):
         super().__init__()
         check_algorithm(algorithm)
         if clients_per_round < 1:
@@ -121,11 +123,11 @@ class FederatedModule(pl.LightningModule):
         s, m = self.hparams.clients_per_round, datamodule.num_clients
         if s > m:
             raise ConfigError("model.clients_per_round", f"S={s} exceeds data.num_clients M={m}; choose S ≤ M")
-        x = datamodule.split.test_x[:2]
+        x = datamodule.eval_transform(datamodule.split.test_x[:2].to(self.flat.device))
         was_training = self.net.training
         try:
             with torch.no_grad():
-                out = self.net.eval()(x.to(self.flat.device))
+                out = self.net.eval()(x)
         except RuntimeError as err:
             raise ConfigError("model.network", f"cannot take {datamodule.dataset} inputs of shape "
                               f"{tuple(x.shape[1:])}: {str(err).splitlines()[0]}") from None
@@ -209,7 +211,7 @@ class FederatedModule(pl.LightningModule):
     # -- evaluation of the global model ------------------------------------------------------
     def _eval_step(self, batch):
         x, y = batch
-        logits = self.net(x)
+        logits = self.net(self.trainer.datamodule.eval_transform(x))
         loss = F.cross_entropy(logits.float(), y, reduction="sum")
         correct = (logits.argmax(-1) == y).sum()
         self._val_sums.append(torch.stack([loss.detach(), correct.float(), torch.tensor(float(len(y)), device=loss.device)]))
@@ -219,9 +221,23 @@ class FederatedModule(pl.LightningModule):
         self._val_sums = []
         metrics = {f"{prefix}/acc": correct / count, f"{prefix}/loss": loss / count}
         fitting = self.trainer.state.fn == "fit"
+        if fitting and self.hparams.eval_train_objective and self.loop is not None:
+            metrics["train/objective"] = self._train_objective()
         if fitting and not self.trainer.sanity_checking:
             self._val_metrics = metrics
         self.log_dict(metrics, prog_bar=True, logger=not fitting)
+
+    @torch.no_grad()
+    def _train_objective(self) -> float:
+        """(1/M) Σ_i f_i(x) + (λ/2)‖x‖², f_i the mean loss over client i's data (clients are equal-sized)."""
+        clients, transform = self.loop.clients, self.trainer.datamodule.eval_transform
+        total = torch.zeros((), device=self.flat.device)
+        for start in range(0, len(clients.y), self.trainer.datamodule.eval_batch_size):
+            stop = start + self.trainer.datamodule.eval_batch_size
+            logits = self.net(transform(clients.x[start:stop]))
+            total += F.cross_entropy(logits.float(), clients.y[start:stop], reduction="sum")
+        penalty = 0.5 * self.hparams.weight_decay * self.flat.params.pow(2).sum()
+        return float(total / len(clients.y) + penalty)
 
     def validation_step(self, batch, batch_idx):
         self._eval_step(batch)

@@ -8,8 +8,9 @@ The partition is part of ``state_dict()``, so a checkpoint restores it exactly.
 from __future__ import annotations
 
 import csv
+import os
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import pytorch_lightning as pl
@@ -30,6 +31,7 @@ class ClientData:
     x: torch.Tensor
     y: torch.Tensor
     offsets: list[int]
+    transform: Optional[Callable[[torch.Tensor], torch.Tensor]] = None  # per minibatch, on the device
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -42,7 +44,7 @@ class ClientData:
         return self.x[a:b], self.y[a:b]
 
     def to(self, device) -> "ClientData":
-        return ClientData(self.x.to(device), self.y.to(device), self.offsets)
+        return ClientData(self.x.to(device), self.y.to(device), self.offsets, self.transform)
 
 
 class TensorBatches:
@@ -62,7 +64,8 @@ class TensorBatches:
 
 class FederatedDataModule(pl.LightningDataModule):
     """Args:
-        dataset: ``digits`` (embedded), ``mnist`` (torchvision) or ``synthetic`` (FedProx Synthetic(α,β)).
+        dataset: ``digits`` (embedded), ``mnist``, ``cifar10``, ``cifar100`` (torchvision),
+            ``imagefolder`` (root/{train,test}/<class>/…) or ``synthetic`` (FedProx Synthetic(α,β)).
         num_clients: M, the number of clients.
         partition: ``dirichlet`` (label skew) or ``iid``. Synthetic data is split by its generator.
         dirichlet_rho: ρ > 0, Dirichlet concentration (paper: 0.6 and 0.1; smaller = more skew).
@@ -70,13 +73,17 @@ class FederatedDataModule(pl.LightningDataModule):
         root: where data sets live (torchvision layout, e.g. ``root/MNIST/raw``).
         download: let torchvision download missing data.
         synthetic_alpha, synthetic_beta: α and β of Synthetic(α, β).
+        image_size: resize images to this side (e.g. 224 for ViT-Base); default: as stored.
+        augment: random crop (padding 4) and horizontal flip of training images.
+        cache_dir: where decoded image folders are cached as uint8 tensors (None: no cache).
         eval_batch_size: batch size of the global test set.
     """
 
     def __init__(self, dataset: str = "digits", num_clients: int = 20, partition: str = "dirichlet",
                  dirichlet_rho: float = 0.5, samples_per_client: Optional[int] = None, root: str = "data",
                  download: bool = False, synthetic_alpha: float = 1.0, synthetic_beta: float = 1.0,
-                 eval_batch_size: int = 1000):
+                 image_size: Optional[int] = None, augment: bool = True,
+                 cache_dir: Optional[str] = "~/.cache/fl-lightning", eval_batch_size: int = 1000):
         super().__init__()
         if dataset not in DATASETS:
             raise ConfigError("data.dataset", f"unknown data set {dataset!r}; choose one of {', '.join(sorted(DATASETS))}")
@@ -93,7 +100,9 @@ class FederatedDataModule(pl.LightningDataModule):
         self.partition = partition
         self.dirichlet_rho = dirichlet_rho
         self.eval_batch_size = eval_batch_size
-        self.options = DataOptions(root, download, num_clients, samples_per_client, synthetic_alpha, synthetic_beta)
+        cache_dir = os.path.expanduser(cache_dir) if cache_dir else None
+        self.options = DataOptions(root, download, num_clients, samples_per_client, synthetic_alpha, synthetic_beta,
+                                   image_size, augment, cache_dir)
         self.split: Optional[DataSplit] = None
         self.client_indices: Optional[list[torch.Tensor]] = None
         self.clients: Optional[ClientData] = None
@@ -162,7 +171,8 @@ class FederatedDataModule(pl.LightningDataModule):
         self.client_indices = [idx.cpu() for idx in client_indices]
         order = torch.cat(self.client_indices)
         offsets = np.concatenate([[0], np.cumsum([len(i) for i in self.client_indices])]).tolist()
-        self.clients = ClientData(self.split.train_x[order], self.split.train_y[order], offsets)
+        self.clients = ClientData(self.split.train_x[order], self.split.train_y[order], offsets,
+                                  self.split.train_transform)
 
     def histogram(self) -> torch.Tensor:
         """(M, C) per-client class counts."""
@@ -176,6 +186,10 @@ class FederatedDataModule(pl.LightningDataModule):
             writer.writerow(["client", "samples"] + [f"class_{c}" for c in range(hist.shape[1])])
             for i, row in enumerate(hist.tolist()):
                 writer.writerow([i, sum(row)] + row)
+
+    def eval_transform(self, x: torch.Tensor) -> torch.Tensor:
+        transform = self.split.eval_transform if self.split is not None else None
+        return transform(x) if transform is not None else x
 
     def _eval_batches(self) -> TensorBatches:
         self.setup()

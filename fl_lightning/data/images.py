@@ -1,0 +1,93 @@
+"""Image data sets as cached uint8 tensors, with the paper's transforms run batched on the device.
+
+* Folders (ImageFolder layout: CIFAR-10 JPEG copy, Tiny ImageNet, any ``train/<class>/…``)
+  are decoded once — file list from ``torchvision.datasets.ImageFolder``, pixels from
+  ``torchvision.io`` — and cached as a uint8 tensor; later runs load the cache.
+* Transforms (paper, App. 12.2): random crop with padding 4 and horizontal flip for
+  training, per-data-set normalisation, optional resize (ViT). ``ImageTransform`` runs on
+  a whole minibatch on the training device, drawing from torch's RNG (seeded per client).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+STATS = {  # per-data-set normalisation (mean, std)
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+    "emnist": ((0.1736,), (0.3248,)),
+    "tinyimagenet": ((0.4802, 0.4481, 0.3975), (0.2770, 0.2691, 0.2821)),
+}
+
+
+@dataclass
+class ImageTransform:
+    """uint8 NCHW batch → normalised float batch; training adds crop-with-padding and flip."""
+
+    mean: tuple
+    std: tuple
+    train: bool = False
+    crop_padding: int = 4
+    flip: bool = True
+    image_size: Optional[int] = None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.float().div_(255.0)
+        if self.train and self.crop_padding:
+            x = random_crop(x, self.crop_padding)
+        if self.train and self.flip:
+            flip = torch.rand(x.shape[0], 1, 1, 1, device=x.device) < 0.5
+            x = torch.where(flip, x.flip(3), x)
+        if self.image_size is not None and x.shape[-1] != self.image_size:
+            x = F.interpolate(x, size=(self.image_size, self.image_size), mode="bilinear", align_corners=False)
+        mean = torch.tensor(self.mean, device=x.device).view(1, -1, 1, 1)
+        std = torch.tensor(self.std, device=x.device).view(1, -1, 1, 1)
+        return (x - mean) / std
+
+
+def random_crop(x: torch.Tensor, padding: int) -> torch.Tensor:
+    """Per-sample random crop of the zero-padded batch back to its size (torchvision's RandomCrop)."""
+    b, _, h, w = x.shape
+    padded = F.pad(x, (padding,) * 4)
+    dy = torch.randint(0, 2 * padding + 1, (b,), device=x.device)
+    dx = torch.randint(0, 2 * padding + 1, (b,), device=x.device)
+    rows = (dy[:, None] + torch.arange(h, device=x.device))[:, None, :, None]
+    cols = (dx[:, None] + torch.arange(w, device=x.device))[:, None, None, :]
+    batch = torch.arange(b, device=x.device)[:, None, None, None]
+    channels = torch.arange(x.shape[1], device=x.device)[None, :, None, None]
+    return padded[batch, channels, rows, cols]
+
+
+def decode_folder(folder: str, cache_dir: Optional[str]) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+    """All images under ``folder`` (ImageFolder layout) as (uint8 N×C×H×W, labels, class names).
+
+    The result is cached in ``cache_dir`` under a key of the folder's path and file list.
+    """
+    from torchvision.datasets import ImageFolder
+    from torchvision.io import ImageReadMode, decode_image, read_file
+
+    listing = ImageFolder(folder, loader=lambda path: path)
+    key = hashlib.sha1("\n".join([os.path.abspath(folder)] + [p for p, _ in listing.samples]).encode()).hexdigest()
+    cache = os.path.join(cache_dir, f"{key[:16]}.pt") if cache_dir else None
+    if cache and os.path.exists(cache):
+        stored = torch.load(cache, weights_only=True)
+        return stored["images"], stored["labels"], stored["classes"]
+    images = torch.stack([decode_image(read_file(path), mode=ImageReadMode.RGB) for path, _ in listing.samples])
+    labels = torch.tensor([label for _, label in listing.samples], dtype=torch.long)
+    if cache:
+        os.makedirs(cache_dir, exist_ok=True)
+        partial = cache + ".partial"
+        torch.save({"images": images, "labels": labels, "classes": listing.classes}, partial)
+        os.replace(partial, cache)  # never a half-written cache
+    return images, labels, listing.classes
+
+
+def to_nchw_uint8(array) -> torch.Tensor:
+    """torchvision's CIFAR ``.data`` (N×H×W×C numpy) or MNIST-like (N×H×W) → uint8 N×C×H×W."""
+    tensor = torch.as_tensor(array)
+    return tensor.unsqueeze(1) if tensor.ndim == 3 else tensor.permute(0, 3, 1, 2).contiguous()
