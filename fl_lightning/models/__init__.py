@@ -14,6 +14,7 @@ from fl_lightning.models.lenet import LeNet5, lenet5
 from fl_lightning.models.logistic import LogisticRegression, logistic_regression
 from fl_lightning.models.mlp import MLP, mlp
 from fl_lightning.models.resnet import ResNet18, resnet18
+from fl_lightning.models.timm_models import TimmModel
 from fl_lightning.models.vgg import VGG, vgg11, vgg19
 
 MODELS: dict[str, Callable[..., nn.Module]] = {
@@ -23,6 +24,7 @@ MODELS: dict[str, Callable[..., nn.Module]] = {
     "vgg11": vgg11,
     "vgg19": vgg19,
     "resnet18": resnet18,
+    "timm": TimmModel,
 }
 
 
@@ -32,4 +34,4 @@ def create_model(name: str, **kwargs) -> nn.Module:
     return MODELS[name](**kwargs)
 
 
-__all__ = ["MODELS", "create_model", "LeNet5", "MLP", "LogisticRegression", "ResNet18", "VGG"]
+__all__ = ["MODELS", "create_model", "LeNet5", "MLP", "LogisticRegression", "ResNet18", "TimmModel", "VGG"]
