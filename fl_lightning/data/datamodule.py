@@ -16,7 +16,8 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 
-from fl_lightning.data.datasets import DATASETS, DataOptions, DataSplit, check_dataset
+from fl_lightning.data.datasets import DATASETS, check_dataset
+from fl_lightning.data.split import DataOptions, DataSplit
 from fl_lightning.data.partition import class_histogram, dirichlet_partition, iid_partition
 from fl_lightning.errors import ConfigError
 from fl_lightning.seeding import run_seed
@@ -64,8 +65,9 @@ class TensorBatches:
 
 class FederatedDataModule(pl.LightningDataModule):
     """Args:
-        dataset: ``digits`` (embedded), ``mnist``, ``cifar10``, ``cifar100`` (torchvision),
-            ``imagefolder`` (root/{train,test}/<class>/…) or ``synthetic`` (FedProx Synthetic(α,β)).
+        dataset: ``digits`` (embedded), ``mnist``, ``emnist``, ``cifar10``, ``cifar100`` (torchvision),
+            ``tinyimagenet``, ``imagefolder`` (root/{train,test}/<class>/…) or ``synthetic``
+            (FedProx Synthetic(α,β)).
         num_clients: M, the number of clients.
         partition: ``dirichlet`` (label skew) or ``iid``. Synthetic data is split by its generator.
         dirichlet_rho: ρ > 0, Dirichlet concentration (paper: 0.6 and 0.1; smaller = more skew).
@@ -76,6 +78,7 @@ class FederatedDataModule(pl.LightningDataModule):
         image_size: resize images to this side (e.g. 224 for ViT-Base); default: as stored.
         augment: random crop (padding 4) and horizontal flip of training images.
         cache_dir: where decoded image folders are cached as uint8 tensors (None: no cache).
+        emnist_split: ``byclass`` (62 classes) or ``balanced`` (47).
         eval_batch_size: batch size of the global test set.
     """
 
@@ -83,7 +86,8 @@ class FederatedDataModule(pl.LightningDataModule):
                  dirichlet_rho: float = 0.5, samples_per_client: Optional[int] = None, root: str = "data",
                  download: bool = False, synthetic_alpha: float = 1.0, synthetic_beta: float = 1.0,
                  image_size: Optional[int] = None, augment: bool = True,
-                 cache_dir: Optional[str] = "~/.cache/fl-lightning", eval_batch_size: int = 1000):
+                 cache_dir: Optional[str] = "~/.cache/fl-lightning", emnist_split: str = "byclass",
+                 eval_batch_size: int = 1000):
         super().__init__()
         if dataset not in DATASETS:
             raise ConfigError("data.dataset", f"unknown data set {dataset!r}; choose one of {', '.join(sorted(DATASETS))}")
@@ -102,7 +106,7 @@ class FederatedDataModule(pl.LightningDataModule):
         self.eval_batch_size = eval_batch_size
         cache_dir = os.path.expanduser(cache_dir) if cache_dir else None
         self.options = DataOptions(root, download, num_clients, samples_per_client, synthetic_alpha, synthetic_beta,
-                                   image_size, augment, cache_dir)
+                                   image_size, augment, cache_dir, emnist_split)
         self.split: Optional[DataSplit] = None
         self.client_indices: Optional[list[torch.Tensor]] = None
         self.clients: Optional[ClientData] = None

@@ -6,41 +6,15 @@ digits, ``torchvision.datasets.MNIST``) and return normalised float tensors.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
 import torch
 
-from fl_lightning.data.images import STATS, ImageTransform, decode_folder, to_nchw_uint8
+from fl_lightning.data.image_datasets import (check_image_folder, check_tiny_imagenet, load_cifar, load_emnist,
+                                              load_image_folder, load_tiny_imagenet)
+from fl_lightning.data.split import DataOptions, DataSplit
 from fl_lightning.errors import ConfigError
-
-
-@dataclass
-class DataSplit:
-    train_x: torch.Tensor
-    train_y: torch.Tensor
-    test_x: torch.Tensor
-    test_y: torch.Tensor
-    num_classes: int
-    # Data sets that come already split among clients (Synthetic): client id per training sample.
-    natural_clients: Optional[torch.Tensor] = None
-    # Batched, on-device transforms of stored samples (images are stored as uint8).
-    train_transform: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
-    eval_transform: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
-
-
-@dataclass
-class DataOptions:
-    root: str = "data"
-    download: bool = False
-    num_clients: int = 20
-    samples_per_client: Optional[int] = None
-    synthetic_alpha: float = 1.0
-    synthetic_beta: float = 1.0
-    image_size: Optional[int] = None
-    augment: bool = True
-    cache_dir: Optional[str] = None
 
 
 def load_digits(opts: DataOptions) -> DataSplit:
@@ -116,60 +90,18 @@ def load_synthetic(opts: DataOptions) -> DataSplit:
                      natural_clients=to_y(owner))
 
 
-def _image_split(train_x, train_y, test_x, test_y, num_classes, stats, opts: DataOptions) -> DataSplit:
-    mean, std = stats
-    train = ImageTransform(mean, std, train=opts.augment, image_size=opts.image_size)
-    test = ImageTransform(mean, std, train=False, image_size=opts.image_size)
-    return DataSplit(train_x, train_y, test_x, test_y, num_classes, train_transform=train, eval_transform=test)
-
-
-def check_image_folder(opts: DataOptions) -> None:
-    for part in ("train", "test"):
-        if not os.path.isdir(_folder(opts.root, part)):
-            raise ConfigError("data.root", f"no {part}/ folder of class folders under {os.path.abspath(opts.root)}; "
-                              "give the folder that holds train/<class>/… and test/<class>/… (or val/)")
-
-
-def _folder(root: str, part: str) -> str:
-    if part == "test" and not os.path.isdir(os.path.join(root, "test")):
-        return os.path.join(root, "val")
-    return os.path.join(root, part)
-
-
-def load_image_folder(opts: DataOptions) -> DataSplit:
-    """Any ``root/{train,test|val}/<class>/<image>`` tree (e.g. the CIFAR-10 JPEG copy), decoded
-    once and cached; normalised with the training set's own per-channel mean and std."""
-    check_image_folder(opts)
-    train_x, train_y, classes = decode_folder(_folder(opts.root, "train"), opts.cache_dir)
-    test_x, test_y, _ = decode_folder(_folder(opts.root, "test"), opts.cache_dir)
-    pixels = train_x.float().div_(255.0)
-    stats = (tuple(pixels.mean((0, 2, 3)).tolist()), tuple(pixels.std((0, 2, 3)).tolist()))
-    return _image_split(train_x, train_y, test_x, test_y, len(classes), stats, opts)
-
-
-def _torchvision_cifar(name: str, opts: DataOptions) -> DataSplit:
-    from torchvision import datasets
-
-    cls = {"cifar10": datasets.CIFAR10, "cifar100": datasets.CIFAR100}[name]
-    try:
-        train = cls(opts.root, train=True, download=opts.download)
-        test = cls(opts.root, train=False, download=opts.download)
-    except (RuntimeError, OSError) as err:
-        hint = "set data.download=true" if not opts.download else "check the network"
-        raise ConfigError("data.root", f"{name} not found under {os.path.abspath(opts.root)} ({err}); {hint}") from None
-    return _image_split(to_nchw_uint8(train.data), torch.tensor(train.targets), to_nchw_uint8(test.data),
-                        torch.tensor(test.targets), len(train.classes), STATS[name], opts)
-
-
 DATASETS: dict[str, Callable[[DataOptions], DataSplit]] = {
     "digits": load_digits,
     "mnist": load_mnist,
     "synthetic": load_synthetic,
-    "cifar10": lambda opts: _torchvision_cifar("cifar10", opts),
-    "cifar100": lambda opts: _torchvision_cifar("cifar100", opts),
+    "cifar10": lambda opts: load_cifar("cifar10", opts),
+    "cifar100": lambda opts: load_cifar("cifar100", opts),
+    "emnist": load_emnist,
+    "tinyimagenet": load_tiny_imagenet,
     "imagefolder": load_image_folder,
 }
-CHECKS: dict[str, Callable[[DataOptions], None]] = {"mnist": check_mnist, "imagefolder": check_image_folder}
+CHECKS: dict[str, Callable[[DataOptions], None]] = {"mnist": check_mnist, "imagefolder": check_image_folder,
+                                                    "tinyimagenet": check_tiny_imagenet}
 
 
 def check_dataset(name: str, opts: DataOptions) -> None:

@@ -63,28 +63,30 @@ def random_crop(x: torch.Tensor, padding: int) -> torch.Tensor:
     return padded[batch, channels, rows, cols]
 
 
-def decode_folder(folder: str, cache_dir: Optional[str]) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
-    """All images under ``folder`` (ImageFolder layout) as (uint8 N×C×H×W, labels, class names).
-
-    The result is cached in ``cache_dir`` under a key of the folder's path and file list.
-    """
+def list_folder(folder: str) -> tuple[list[str], torch.Tensor, list[str]]:
+    """Image paths, labels and class names of an ImageFolder tree (``torchvision.datasets.ImageFolder``)."""
     from torchvision.datasets import ImageFolder
-    from torchvision.io import ImageReadMode, decode_image, read_file
 
     listing = ImageFolder(folder, loader=lambda path: path)
-    key = hashlib.sha1("\n".join([os.path.abspath(folder)] + [p for p, _ in listing.samples]).encode()).hexdigest()
-    cache = os.path.join(cache_dir, f"{key[:16]}.pt") if cache_dir else None
-    if cache and os.path.exists(cache):
-        stored = torch.load(cache, weights_only=True)
-        return stored["images"], stored["labels"], stored["classes"]
-    images = torch.stack([decode_image(read_file(path), mode=ImageReadMode.RGB) for path, _ in listing.samples])
     labels = torch.tensor([label for _, label in listing.samples], dtype=torch.long)
+    return [path for path, _ in listing.samples], labels, listing.classes
+
+
+def decode_files(paths: list[str], cache_dir: Optional[str]) -> torch.Tensor:
+    """The images at ``paths`` as one uint8 N×3×H×W tensor, cached in ``cache_dir`` (keyed by the paths)."""
+    from torchvision.io import ImageReadMode, decode_image, read_file
+
+    key = hashlib.sha1("\n".join(os.path.abspath(p) for p in paths).encode()).hexdigest()
+    cache = os.path.join(cache_dir, f"{key[:20]}.pt") if cache_dir else None
+    if cache and os.path.exists(cache):
+        return torch.load(cache, weights_only=True)
+    images = torch.stack([decode_image(read_file(path), mode=ImageReadMode.RGB) for path in paths])
     if cache:
         os.makedirs(cache_dir, exist_ok=True)
-        partial = cache + ".partial"
-        torch.save({"images": images, "labels": labels, "classes": listing.classes}, partial)
+        partial = f"{cache}.{os.getpid()}.partial"
+        torch.save(images, partial)
         os.replace(partial, cache)  # never a half-written cache
-    return images, labels, listing.classes
+    return images
 
 
 def to_nchw_uint8(array) -> torch.Tensor:
