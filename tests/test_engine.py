@@ -74,3 +74,25 @@ def test_target_accuracy_logged_once():
 def test_divergence_names_the_round():
     with pytest.raises(DivergenceError, match=r"round 1: .*NaN/inf"):
         digits_run(3, "nan", algorithm="fedavg", lr=1e30)
+
+
+def test_bf16_mixed_local_training_keeps_fp32_state():
+    torch.manual_seed(0)
+    module = FederatedModule(MLP(64, 10, hidden=[32]), algorithm="fedbcgd_plus", clients_per_round=4, batch_size=16,
+                             lr=0.1, num_blocks=2, block_division="balanced")
+    data = FederatedDataModule("digits", num_clients=8)
+    trainer = make_trainer(3, precision="bf16-mixed")
+    seen = []
+    original = module.local_loss
+
+    def recording_loss(x, y):
+        loss = original(x, y)
+        seen.append(module.net.head(torch.zeros(1, 32)).dtype)  # a matmul inside the autocast region
+        return loss
+
+    module.local_loss = recording_loss
+    trainer.fit(module, data)
+    assert seen and all(dtype == torch.bfloat16 for dtype in seen)
+    assert module.flat.vector.dtype == torch.float32 and module.loop.global_vector.dtype == torch.float32
+    assert all(p.dtype == torch.float32 for p in module.net.parameters())
+    assert trainer.callback_metrics["val/acc"] > 0.2
