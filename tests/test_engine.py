@@ -12,13 +12,15 @@ from fl_lightning.models import MLP
 from tests.conftest import make_trainer
 
 
-def digits_run(rounds, name, algorithm="fedavgm", ckpt_path=None, callbacks=(), **hparams):
+def digits_run(rounds, name, algorithm="fedavgm", ckpt_path=None, callbacks=(), check_val_every_n_epoch=1, **hparams):
     torch.manual_seed(0)
     settings = dict(clients_per_round=4, local_epochs=1, batch_size=16, lr=0.1, server_momentum=0.5)
     module = FederatedModule(MLP(64, 10, hidden=[32]), algorithm=algorithm, **{**settings, **hparams})
     data = FederatedDataModule("digits", num_clients=8, dirichlet_rho=0.5)
     logger = CSVLogger("runs", name=name)
-    trainer = make_trainer(rounds, logger=logger, callbacks=list(callbacks), enable_checkpointing=bool(callbacks))
+    checkpointing = any(isinstance(cb, ModelCheckpoint) for cb in callbacks)
+    trainer = make_trainer(rounds, logger=logger, callbacks=list(callbacks), enable_checkpointing=checkpointing,
+                           check_val_every_n_epoch=check_val_every_n_epoch)
     trainer.fit(module, data, ckpt_path=ckpt_path)
     return module, trainer, read_rows(logger.log_dir)
 
@@ -96,3 +98,15 @@ def test_bf16_mixed_local_training_keeps_fp32_state():
     assert module.flat.vector.dtype == torch.float32 and module.loop.global_vector.dtype == torch.float32
     assert all(p.dtype == torch.float32 for p in module.net.parameters())
     assert trainer.callback_metrics["val/acc"] > 0.2
+
+
+def test_lightning_callbacks_work_per_round():
+    from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor
+
+    stop = EarlyStopping(monitor="val/loss", mode="min", stopping_threshold=10.0)  # met at the first validation
+    _, trainer, rows = digits_run(10, "callbacks", callbacks=[LearningRateMonitor(logging_interval="epoch"), stop],
+                                  check_val_every_n_epoch=2)
+    assert trainer.current_epoch == 2 and trainer.global_step == 2  # validated after round 2, then stopped
+    lr_rows = [r for r in rows if r.get("lr-SGD")]
+    assert [float(r["lr-SGD"]) for r in lr_rows] == pytest.approx([0.1, 0.1 * 0.998])
+    assert [r["val/acc"] != "" for r in rows if r.get("round")] == [False, True]
