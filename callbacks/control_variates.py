@@ -15,6 +15,11 @@ vectors do not belong on an accelerator), and saved in checkpoints.
 The authors' code differs (spec, "Authors' code differences"); reachable by options:
 ``apply="after_step"`` (y ← y − (c − c_i) after the optimizer step, no η; option II then
 uses (x^r − y_T)/T) and ``damping`` (their 0.1 on the server's c update).
+
+The spec does not say what a FedBCGD+ client keeps of c_i⁺ outside the slices it uploads.
+``keep="all"`` (default, as the authors' code) keeps all of it, so the server's c drifts from
+the mean of the c_i on coordinates whose changes went unreported; ``keep="uploaded"`` keeps
+only the reported part, which keeps c_(j) = (1/M) Σ_i c_i,(j) on every block.
 """
 from __future__ import annotations
 
@@ -27,17 +32,20 @@ from fl_lightning.errors import ConfigError
 
 OPTIONS = ("option1", "option2")  # c_i refresh: full local gradient, or SCAFFOLD's difference form
 APPLY = ("gradient", "after_step")
+KEEP = ("all", "uploaded")  # what of c_i⁺ a client keeps: all of it (authors' code), or what it reported
 
 
 class ControlVariates(FLCallback):
     def __init__(self, option: str = "option2", block_coefficients: bool = False, apply: str = "gradient",
-                 damping: float = 1.0):
+                 damping: float = 1.0, keep: str = "all"):
         if option not in OPTIONS:
             raise ConfigError("model.control_variate", f"unknown {option!r}; choose one of {', '.join(OPTIONS)}")
         if apply not in APPLY:
             raise ConfigError("model.control_apply", f"unknown {apply!r}; choose one of {', '.join(APPLY)}")
         self.option, self.apply, self.damping = option, apply, damping
-        self.block_coefficients = block_coefficients
+        if keep not in KEEP:
+            raise ConfigError("model.control_keep", f"unknown {keep!r}; choose one of {', '.join(KEEP)}")
+        self.block_coefficients, self.keep = block_coefficients, keep
         self.client_controls: dict[int, torch.Tensor] = {}  # c_i, on the CPU
         self.server_control: Optional[torch.Tensor] = None  # c
         self._coefficients: Optional[torch.Tensor] = None
@@ -76,11 +84,13 @@ class ControlVariates(FLCallback):
             step = client.steps * (client_lr(loop) if self.apply == "gradient" else 1.0)
             new = c_i - c + (loop.global_vector[:d] - loop.flat.vector[:d]) / step
         delta = new - c_i
+        kept = c_i.clone() if self.keep == "uploaded" else new
         for start, stop in client.upload_ranges:
             stop = min(stop, delta.numel())  # control variates cover parameters, not buffers
             if start < stop:
                 client.upload.add("control", start, delta[start:stop])
-        self.client_controls[client.client_id] = new.cpu()
+                kept[start:stop] = new[start:stop]
+        self.client_controls[client.client_id] = kept.cpu()
 
     # -- server ---------------------------------------------------------------------------
     def _coefficient_vector(self, loop) -> torch.Tensor:
@@ -99,11 +109,12 @@ class ControlVariates(FLCallback):
         c.add_(received.sum("control") * self._coefficient_vector(loop), alpha=self.damping)
 
     def state_dict(self) -> dict:
-        return {"option": self.option, "apply": self.apply, "damping": self.damping,
+        return {"option": self.option, "apply": self.apply, "damping": self.damping, "keep": self.keep,
                 "client_controls": self.client_controls, "server_control": self.server_control}
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.option, self.apply, self.damping = state_dict["option"], state_dict["apply"], state_dict["damping"]
+        self.keep = state_dict["keep"]
         self.client_controls = dict(state_dict["client_controls"])
         self.server_control = state_dict["server_control"]
 

@@ -17,7 +17,7 @@ def _momentum(hp) -> list[FLCallback]:
 
 def _controls(hp, default_option: str, block_coefficients: bool) -> ControlVariates:
     return ControlVariates(hp["control_variate"] or default_option, block_coefficients, hp["control_apply"],
-                           hp["control_damping"])
+                           hp["control_damping"], hp["control_keep"])
 
 
 def _fedbcgd_plus(hp) -> list[FLCallback]:

@@ -54,6 +54,7 @@ class FederatedModule(pl.LightningModule):
         variance_reduction: FedBCGD+'s SVRG term.
         control_apply, control_damping: the authors' code variants (``after_step``, 0.1); see
             ``fl_lightning.callbacks.control_variates``.
+        control_keep: what a FedBCGD+ client keeps of its refreshed c_i: ``all`` or ``uploaded``.
         grad_clip: clip each local gradient to this norm (the authors' code: 10).
         eval_train_objective: at each validation also log ``train/objective``, the global
             training objective f(x) + (weight_decay/2)‖x‖² over all clients' data (convex plots).
@@ -67,6 +68,7 @@ class FederatedModule(pl.LightningModule):
                  num_blocks: Optional[int] = None, block_division: Union[str, dict] = "auto",
                  shared_block: bool = True, control_variate: Optional[str] = None,
                  variance_reduction: bool = True, control_apply: str = "gradient", control_damping: float = 1.0,
+                 control_keep: str = "all",
                  grad_clip: Optional[float] = None, eval_train_objective: bool = False):
         super().__init__()
         check_algorithm(algorithm)

@@ -81,7 +81,8 @@ def run_library(algorithm, rounds=2, **hp):
     return module, initial, recorder
 
 
-def run_reference(initial, recorder, *, blocks=True, momentum=True, controls=None, svrg=False, freeze=False):
+def run_reference(initial, recorder, *, blocks=True, momentum=True, controls=None, svrg=False, freeze=False,
+                  keep_all=True):
     """The spec, written out. ``controls``: None, "option1" or "option2"."""
     split, parts = data()
     x = copy.deepcopy(initial)
@@ -119,7 +120,7 @@ def run_reference(initial, recorder, *, blocks=True, momentum=True, controls=Non
                        for k in x}
                 for k in sends:
                     dc_sum[k] += new[k] - c_client[i][k]
-                c_client[i] = new
+                c_client[i] = new if keep_all else {k: new[k] if k in sends else c_client[i][k] for k in x}
             rec["expected_local_change"] = {k: y[k] - x[k] for k in x}
         for k in x:
             mean = delta_sum[k] / delta_count[k]
@@ -161,6 +162,8 @@ CASES = {
                                    ref={"controls": "option2", "svrg": True}),
     "fedbcgd_plus_opt2": dict(algorithm="fedbcgd_plus", hp={"control_variate": "option2", "variance_reduction": False},
                               ref={"controls": "option2"}),
+    "fedbcgd_plus_keep_uploaded": dict(algorithm="fedbcgd_plus", hp={"control_keep": "uploaded"},
+                                       ref={"controls": "option1", "svrg": True, "keep_all": False}),
     "scaffold": dict(algorithm="scaffold", hp={"server_momentum": 0.0}, ref={"blocks": False, "momentum": False,
                                                                             "controls": "option2"}),
 }
