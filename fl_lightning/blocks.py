@@ -7,6 +7,7 @@ one or two contiguous slices (its parameters, and its buffers after all paramete
 Three ways to get a division (``FederatedModule(block_division=...)``):
   * ``"auto"``: the paper's preset for the model (Tables 7–11) when one is registered,
     otherwise the balanced divider;
+  * a paper preset by name: ``lenet5``, ``vgg11``, ``vgg19``, ``resnet18``, ``vit``;
   * ``"balanced"``: N contiguous blocks of equal parameter count in module order (cuts may
     fall inside a tensor), the classifier head shared — timm's ``get_classifier()``, else the
     last ``nn.Linear``. A head that holds most of the model (logistic regression) shares
@@ -210,6 +211,7 @@ PRESETS: dict[str, tuple[Callable, Optional[int]]] = {  # class name → (patter
     "ResNet18": (_resnet18, 5),
     "VisionTransformer": (_vit, None),
 }
+PRESET_NAMES = {"lenet5": "LeNet5", "vgg11": "VGG", "vgg19": "VGG", "resnet18": "ResNet18", "vit": "VisionTransformer"}
 
 
 def build_partition(net: nn.Module, division: DivisionSpec = "auto", num_blocks: Optional[int] = None,
@@ -227,6 +229,8 @@ def build_partition(net: nn.Module, division: DivisionSpec = "auto", num_blocks:
             shared = []
         return from_patterns(net, blocks, shared)
     name = type(net).__name__
+    if division in PRESET_NAMES:  # a paper preset asked for by name
+        name, division = PRESET_NAMES[division], "auto"
     if division == "auto" and name in PRESETS:
         preset, fixed = PRESETS[name]
         if fixed is not None and num_blocks not in (None, fixed):
@@ -241,8 +245,8 @@ def build_partition(net: nn.Module, division: DivisionSpec = "auto", num_blocks:
         return from_patterns(net, blocks, shared, source=f"paper preset for {name}")
     if division in ("auto", "balanced"):
         return balanced(net, num_blocks or 5, shared_block)
-    raise ConfigError("model.block_division", f"unknown division {division!r}; use auto, balanced or "
-                      "{blocks: [[patterns], ...], shared: [patterns]}")
+    raise ConfigError("model.block_division", f"unknown division {division!r}; use auto, balanced, a paper preset "
+                      f"({', '.join(PRESET_NAMES)}) or {{blocks: [[patterns], ...], shared: [patterns]}}")
 
 
 def _present(net: nn.Module, pattern: str) -> bool:

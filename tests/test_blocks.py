@@ -91,6 +91,9 @@ def test_bad_divisions_name_the_parameters():
         build_partition(net, {"blocks": [["conv*"], ["fc1", "conv2"]], "shared": ["fc3"]})
     with pytest.raises(ConfigError, match="model.num_blocks: the paper's LeNet5 division has 4 blocks"):
         build_partition(net, num_blocks=3)
+    with pytest.raises(ConfigError, match="model.block_division: unknown division 'lenet7'"):
+        build_partition(net, "lenet7")
+    assert build_partition(net, "lenet5").source == "paper preset for LeNet5"
 
 
 def test_blocks_command_prints_the_table(capsys, tmp_path):
