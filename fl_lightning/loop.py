@@ -52,6 +52,11 @@ class ClientTask:
     batch: tuple = ()  # the current local minibatch (x, y)
     info: dict = field(default_factory=dict)  # per-algorithm annotations (e.g. the block it owns)
 
+    def drop_tensors(self) -> None:
+        """Once its upload is summed, a client keeps no model-sized tensors for the rest of the round."""
+        self.upload, self.download, self.batch = Payload(), Payload(), ()
+        self.info = {key: value for key, value in self.info.items() if not isinstance(value, torch.Tensor)}
+
 
 @dataclass
 class RoundPlan:
@@ -113,6 +118,7 @@ class FederatedLoop:
             loss_sum, steps = client.loss_sum + loss_sum, steps + client.steps
             up.append(client.upload.nbytes)
             down.append(client.download.nbytes)
+            client.drop_tensors()
         self.comm.add_round(up, down)
         self.server_update(received)
         self.flat.load(self.global_vector)
