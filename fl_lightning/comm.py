@@ -34,12 +34,6 @@ class Payload:
         """Send ``tensor`` as the slice of ``channel`` that begins at ``start``."""
         self.parts.append(Part(channel, start, tensor.reshape(-1)))
 
-    def channel(self, name: str) -> list[Part]:
-        return [p for p in self.parts if p.channel == name]
-
-    def drop(self, channel: str) -> None:
-        self.parts = [p for p in self.parts if p.channel != channel]
-
     @property
     def nbytes(self) -> int:
         return sum(p.tensor.numel() * p.tensor.element_size() for p in self.parts)
