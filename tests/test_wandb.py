@@ -1,6 +1,7 @@
 """W&B offline: real run files, with comm/upload_d as the x-axis of every round metric."""
 import glob
 import os
+import time
 
 import torch
 from pytorch_lightning.loggers import WandbLogger
@@ -23,7 +24,11 @@ def test_wandb_offline_run_files():
     logger.experiment.finish()
 
     (run_file,) = glob.glob("wandb/offline-run-*/run-*.wandb")
-    records = list(read_records(run_file))
+    for _ in range(40):  # wandb-core writes the file from its own process: wait until it holds the run's end
+        records = list(read_records(run_file))
+        if any(r.WhichOneof("record_type") == "exit" for r in records):
+            break
+        time.sleep(0.25)
     steps = {r.metric.name or r.metric.glob_name: r.metric.step_metric for r in records
              if r.WhichOneof("record_type") == "metric"}
     for key in ("val/*", "train/*", "lr", "round", "comm/upload_bytes", "comm/download_bytes"):
