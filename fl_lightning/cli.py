@@ -51,8 +51,7 @@ class FederatedCLI(LightningCLI):
             check_checkpoint(self.config[self.config.subcommand].get("ckpt_path"))
         super()._parse_ckpt_path()
 
-    def _check(self) -> None:
-        check_checkpoint(self.config[self.subcommand].get("ckpt_path"))
+    def _check(self) -> None:  # the checkpoint was already checked in _parse_ckpt_path
         self.datamodule.check()
         self.model.check_compatible(self.datamodule)
 

@@ -144,13 +144,12 @@ class FederatedLoop:
         torch.manual_seed(client.seed)  # dropout etc. replay exactly on resume
         loss_sum = torch.zeros((), device=x.device)
         flat, optimizer, clip = self.flat, self.optimizer, self.config.grad_clip
-        transform = self.clients.transform or (lambda batch: batch)
         steps = 0
         for _ in range(self.config.local_epochs):
             perm = torch.randperm(n, generator=generator).to(x.device)
             xs, ys = x[perm], y[perm]
             for start in range(0, n, batch):
-                client.batch = (transform(xs[start:start + batch]), ys[start:start + batch])
+                client.batch = (self.clients.prepare(xs[start:start + batch]), ys[start:start + batch])
                 with self.forward_context():
                     loss = self.loss_fn(*client.batch)
                 flat.backward(loss)
@@ -175,8 +174,8 @@ class FederatedLoop:
             x, y = self.clients.of(client.client_id)
             total = torch.zeros_like(self.flat.grad)
             for start in range(0, len(y), self.config.batch_size):
-                xb, yb = x[start:start + self.config.batch_size], y[start:start + self.config.batch_size]
-                xb = self.clients.transform(xb) if self.clients.transform else xb
+                xb = self.clients.prepare(x[start:start + self.config.batch_size])
+                yb = y[start:start + self.config.batch_size]
                 with self.forward_context():
                     loss = self.loss_fn(xb, yb)
                 total.add_(self.flat.backward(loss, out=self._scratch_grad()), alpha=len(yb) / len(y))

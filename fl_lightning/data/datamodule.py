@@ -16,7 +16,7 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 
-from fl_lightning.data.datasets import DATASETS, check_dataset
+from fl_lightning.data.datasets import DATASETS, check_dataset, check_name
 from fl_lightning.data.split import DataOptions, DataSplit
 from fl_lightning.data.partition import class_histogram, dirichlet_partition, iid_partition
 from fl_lightning.errors import ConfigError
@@ -43,6 +43,10 @@ class ClientData:
     def of(self, client: int) -> tuple[torch.Tensor, torch.Tensor]:
         a, b = self.offsets[client], self.offsets[client + 1]
         return self.x[a:b], self.y[a:b]
+
+    def prepare(self, x: torch.Tensor) -> torch.Tensor:
+        """A stored minibatch as the model sees it (e.g. uint8 images → augmented floats)."""
+        return self.transform(x) if self.transform is not None else x
 
     def to(self, device) -> "ClientData":
         return ClientData(self.x.to(device), self.y.to(device), self.offsets, self.transform)
@@ -89,8 +93,7 @@ class FederatedDataModule(pl.LightningDataModule):
                  cache_dir: Optional[str] = "~/.cache/fl-lightning", emnist_split: str = "byclass",
                  eval_batch_size: int = 1000):
         super().__init__()
-        if dataset not in DATASETS:
-            raise ConfigError("data.dataset", f"unknown data set {dataset!r}; choose one of {', '.join(sorted(DATASETS))}")
+        check_name(dataset)
         if num_clients < 1:
             raise ConfigError("data.num_clients", f"must be ≥ 1, got {num_clients}")
         if partition not in PARTITIONS:

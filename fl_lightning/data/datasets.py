@@ -104,8 +104,12 @@ CHECKS: dict[str, Callable[[DataOptions], None]] = {"mnist": check_mnist, "image
                                                     "tinyimagenet": check_tiny_imagenet}
 
 
-def check_dataset(name: str, opts: DataOptions) -> None:
-    """Fail fast, before any run directory exists, if the data set is unknown or missing."""
+def check_name(name: str) -> None:
     if name not in DATASETS:
         raise ConfigError("data.dataset", f"unknown data set {name!r}; choose one of {', '.join(sorted(DATASETS))}")
+
+
+def check_dataset(name: str, opts: DataOptions) -> None:
+    """Fail fast, before any run directory exists, if the data set is unknown or missing."""
+    check_name(name)
     CHECKS.get(name, lambda _: None)(opts)
