@@ -1,25 +1,25 @@
 """SCAFFOLD control variates, and their block-restricted form in FedBCGD+ (spec, "SCAFFOLD",
 "FedBCGD+"; Karimireddy et al. 2020).
 
+``rule="spec"`` (the contract):
+
 client_init   c_i from this client's memory (0 the first time); c downloaded (d floats)
-client_step   g ← g − c_i + c                      (``apply="gradient"``, the spec's sign)
-client_final  option I:  c_i⁺ = ∇f_i(x^r)
+client_step   g ← g − c_i + c
+client_final  option I:  c_i⁺ = ∇f_i(x^r) + wd·x^r   (the gradient of f_i + (wd/2)‖x‖²)
               option II: c_i⁺ = c_i − c + (x^r − y_T) / (T η)
-              upload Δc = c_i⁺ − c_i over the same slices as Δ (FedBCGD+: block j and shared)
-server        c ← c + (1/M) Σ Δc on block coordinates, (1/(M N)) Σ Δc on shared ones (Eq. 5);
-              with every coordinate uploaded by all (SCAFFOLD) that is c ← c + (S/M)·mean Δc.
+              upload Δc = c_i⁺ − c_i over the same slices as Δ (FedBCGD+: block j and shared);
+              ``keep="uploaded"``: the client stores c_i⁺ only on those slices, its old c_i elsewhere
+server        c ← c + (1/M) Σ Δc; on FedBCGD+'s shared block (1/(MN)) Σ Δc when
+              ``shared_coefficient="paper"`` (Eq. 5 as printed), 1/M when ``"mean"``.
+              With keep="uploaded" and "mean", c = mean_i c_i on every coordinate.
+
+``rule="authors"`` (github junkangLiu0/FedBCGD, ``update_SCAFFOLDM``): y ← y − (c − c_i) after
+each optimizer step (no η); c_i⁺ = c_i − c + (x^r − y_T)/T, kept whole; upload c_i⁺ − c; server
+c ← c + 0.1 · (per-coordinate mean over uploaders), the first time c ← that mean.
 
 c_i is kept for every one of the M clients across rounds, on the CPU (M model-sized
-vectors do not belong on an accelerator), and saved in checkpoints.
-
-The authors' code differs (spec, "Authors' code differences"); reachable by options:
-``apply="after_step"`` (y ← y − (c − c_i) after the optimizer step, no η; option II then
-uses (x^r − y_T)/T) and ``damping`` (their 0.1 on the server's c update).
-
-The spec does not say what a FedBCGD+ client keeps of c_i⁺ outside the slices it uploads.
-``keep="all"`` (default, as the authors' code) keeps all of it, so the server's c drifts from
-the mean of the c_i on coordinates whose changes went unreported; ``keep="uploaded"`` keeps
-only the reported part, which keeps c_(j) = (1/M) Σ_i c_i,(j) on every block.
+vectors do not belong on an accelerator), and saved in checkpoints. The Δc sum is never
+weighted by sample counts (``weighted_aggregation`` weights Δ only).
 """
 from __future__ import annotations
 
@@ -30,24 +30,30 @@ import torch
 from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.errors import ConfigError
 
-OPTIONS = ("option1", "option2")  # c_i refresh: full local gradient, or SCAFFOLD's difference form
-APPLY = ("gradient", "after_step")
-KEEP = ("all", "uploaded")  # what of c_i⁺ a client keeps: all of it (authors' code), or what it reported
+AUTHORS_SERVER_STEP = 0.1  # their c ← c + 0.1 · mean(c_i⁺ − c): an exponential moving average
 
 
 class ControlVariates(FLCallback):
-    def __init__(self, option: str = "option2", block_coefficients: bool = False, apply: str = "gradient",
-                 damping: float = 1.0, keep: str = "all"):
-        if option not in OPTIONS:
-            raise ConfigError("model.control_variate", f"unknown {option!r}; choose one of {', '.join(OPTIONS)}")
-        if apply not in APPLY:
-            raise ConfigError("model.control_apply", f"unknown {apply!r}; choose one of {', '.join(APPLY)}")
-        self.option, self.apply, self.damping = option, apply, damping
-        if keep not in KEEP:
-            raise ConfigError("model.control_keep", f"unknown {keep!r}; choose one of {', '.join(KEEP)}")
-        self.block_coefficients, self.keep = block_coefficients, keep
+    """Args:
+        option: c_i refresh, ``option1`` (∇f_i(x^r) + wd·x^r) or ``option2`` (SCAFFOLD's difference form).
+        keep: what a client stores of c_i⁺: ``uploaded`` (only the slices it reported) or ``all``.
+        shared_coefficient: server step on the shared block, ``paper`` (1/(MN)) or ``mean`` (1/M).
+        block_coefficients: apply ``shared_coefficient`` (FedBCGD+); SCAFFOLD uses 1/M everywhere.
+        rule: ``spec`` or ``authors`` (see the module docstring).
+    """
+
+    def __init__(self, option: str = "option2", keep: str = "uploaded", shared_coefficient: str = "mean",
+                 block_coefficients: bool = False, rule: str = "spec"):
+        for name, value, choices in (("option", option, ("option1", "option2")), ("keep", keep, ("uploaded", "all")),
+                                     ("shared_coefficient", shared_coefficient, ("paper", "mean")),
+                                     ("rule", rule, ("spec", "authors"))):
+            if value not in choices:
+                raise ConfigError(f"ControlVariates({name}=...)", f"unknown {value!r}; choose one of {choices}")
+        self.option, self.keep, self.shared_coefficient, self.rule = option, keep, shared_coefficient, rule
+        self.block_coefficients = block_coefficients
         self.client_controls: dict[int, torch.Tensor] = {}  # c_i, on the CPU
         self.server_control: Optional[torch.Tensor] = None  # c
+        self.server_rounds = 0  # server updates of c so far (the authors' first one is undamped)
         self._coefficients: Optional[torch.Tensor] = None
 
     # -- client ---------------------------------------------------------------------------
@@ -64,41 +70,45 @@ class ControlVariates(FLCallback):
         c_i = stored.to(c.device) if stored is not None else torch.zeros_like(c)
         client.info["control"] = c_i
         client.info["correction"] = c - c_i
-        if self.option == "option1":
+        if self.option == "option1" and self.rule == "spec":
             loop.full_gradient(client)  # while the working model is still x^r
 
     def on_local_gradient(self, loop, client):
-        if self.apply == "gradient":
+        if self.rule == "spec":
             loop.flat.grad.add_(client.info["correction"])
 
     def on_local_step_end(self, loop, client):
-        if self.apply == "after_step":
+        if self.rule == "authors":
             loop.flat.params.sub_(client.info["correction"])
 
+    def refreshed(self, loop, client) -> torch.Tensor:
+        """c_i⁺ (module docstring), after the local steps."""
+        c_i, c, d = client.info["control"], self._server_control(loop), loop.flat.num_params
+        global_params = loop.global_vector[:d]
+        if self.rule == "spec" and self.option == "option1":
+            weight_decay = loop.optimizer.param_groups[0]["weight_decay"]
+            return loop.full_gradient(client) + weight_decay * global_params
+        steps = client.steps * (loop.optimizer.param_groups[0]["lr"] if self.rule == "spec" else 1.0)
+        return c_i - c + (global_params - loop.flat.vector[:d]) / steps
+
     def on_client_end(self, loop, client):
-        c_i, c = client.info["control"], self._server_control(loop)
-        if self.option == "option1":
-            new = loop.full_gradient(client).clone()
-        else:
-            d = loop.flat.num_params
-            step = client.steps * (client_lr(loop) if self.apply == "gradient" else 1.0)
-            new = c_i - c + (loop.global_vector[:d] - loop.flat.vector[:d]) / step
-        delta = new - c_i
+        c_i, new = client.info["control"], self.refreshed(loop, client)
+        sent = new - (self._server_control(loop) if self.rule == "authors" else c_i)
         kept = c_i.clone() if self.keep == "uploaded" else new
         for start, stop in client.upload_ranges:
-            stop = min(stop, delta.numel())  # control variates cover parameters, not buffers
+            stop = min(stop, sent.numel())  # control variates cover parameters, not buffers
             if start < stop:
-                client.upload.add("control", start, delta[start:stop])
+                client.upload.add("control", start, sent[start:stop])
                 kept[start:stop] = new[start:stop]
         self.client_controls[client.client_id] = kept.cpu()
 
     # -- server ---------------------------------------------------------------------------
     def _coefficient_vector(self, loop) -> torch.Tensor:
-        """1/M everywhere; 1/(M N) on the shared block when ``block_coefficients`` (Eq. 5)."""
+        """1/M everywhere; 1/(M N) on the shared block with block coefficients and ``paper`` (Eq. 5)."""
         if self._coefficients is None or self._coefficients.device != loop.flat.grad.device:
             num_clients, blocks = len(loop.clients), loop.blocks
             coefficients = torch.full_like(loop.flat.grad, 1.0 / num_clients)
-            if self.block_coefficients and blocks.shared is not None:
+            if self.block_coefficients and self.shared_coefficient == "paper" and blocks.shared is not None:
                 for start, stop in blocks.shared.ranges:
                     coefficients[start:min(stop, coefficients.numel())] = 1.0 / (num_clients * blocks.num_blocks)
             self._coefficients = coefficients
@@ -106,18 +116,21 @@ class ControlVariates(FLCallback):
 
     def on_server_update(self, loop, update, received):
         c = self._server_control(loop)
-        c.add_(received.sum("control") * self._coefficient_vector(loop), alpha=self.damping)
+        if self.rule == "spec":
+            c.add_(received.sum("control") * self._coefficient_vector(loop))
+        elif self.server_rounds == 0:
+            c.copy_(received.mean("control"))
+        else:
+            c.add_(received.mean("control"), alpha=AUTHORS_SERVER_STEP)
+        self.server_rounds += 1
 
     def state_dict(self) -> dict:
-        return {"option": self.option, "apply": self.apply, "damping": self.damping, "keep": self.keep,
+        return {"option": self.option, "keep": self.keep, "shared_coefficient": self.shared_coefficient,
+                "rule": self.rule, "server_rounds": self.server_rounds,
                 "client_controls": self.client_controls, "server_control": self.server_control}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self.option, self.apply, self.damping = state_dict["option"], state_dict["apply"], state_dict["damping"]
-        self.keep = state_dict["keep"]
+        self.option, self.keep, self.rule = state_dict["option"], state_dict["keep"], state_dict["rule"]
+        self.shared_coefficient, self.server_rounds = state_dict["shared_coefficient"], state_dict["server_rounds"]
         self.client_controls = dict(state_dict["client_controls"])
         self.server_control = state_dict["server_control"]
-
-
-def client_lr(loop) -> float:
-    return loop.optimizer.param_groups[0]["lr"]

@@ -1,46 +1,150 @@
-"""Algorithm presets: a name → the FLCallbacks that make it (spec, one section each).
+"""Algorithm presets: a name → the FLCallbacks and the server optimizer that make it (spec, one section each).
 
-FedAvg is the bare ``FederatedLoop``; every other algorithm adds callbacks. Users can
-compose their own by adding FLCallbacks to ``trainer.callbacks`` instead.
+FedAvg is the bare ``FederatedLoop`` with ``SGD(lr=η_g)`` as server optimizer; every other
+algorithm adds callbacks and/or changes the server optimizer. Users can compose their own
+by adding FLCallbacks to ``trainer.callbacks`` and passing ``server_optimizer``.
+
+Options left at ``None`` take the preset's default (``resolve``); the resolved values are
+one typed ``Settings`` object, the single place the rest of the code reads them from.
 """
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, Optional
 
-from fl_lightning.callbacks import BlockUploadMask, ControlVariates, FLCallback, ServerMomentum, VarianceReduction
+import torch
+
+from fl_lightning.callbacks import (BlockUploadMask, ControlVariates, DriftCorrection, FLCallback, PooledTraining,
+                                    Proximal, VarianceReduction)
 from fl_lightning.errors import ConfigError
+from fl_lightning.server_optimizers import FedAdam, FedYogi
 
 
-def _momentum(hp) -> list[FLCallback]:
-    return [ServerMomentum(hp["server_momentum"])] if hp["server_momentum"] > 0 else []
+@dataclass(frozen=True)
+class Settings:
+    """The options an algorithm reads, after preset defaults are filled in."""
+
+    server_lr: float
+    server_momentum: float
+    grad_clip: Optional[float]
+    control_variate: str = "option2"
+    control_keep: str = "uploaded"
+    shared_control_coefficient: str = "mean"
+    control_rule: str = "spec"
+    variance_reduction: bool = True
+    fedprox_mu: float = 0.01
+    feddc_alpha: float = 0.01
 
 
-def _controls(hp, default_option: str, block_coefficients: bool) -> ControlVariates:
-    return ControlVariates(hp["control_variate"] or default_option, block_coefficients, hp["control_apply"],
-                           hp["control_damping"], hp["control_keep"])
+@dataclass(frozen=True)
+class Algorithm:
+    summary: str  # one line, shown by `fl-lightning fit --help` and in the README
+    upload: str  # floats uploaded per client and round (d = model size, N = blocks)
+    callbacks: Callable[[Settings], list[FLCallback]]
+    server: str = "sgd"  # sgd (x + η_g Δ̄) | momentum (SGD with momentum λ) | fedadam | fedyogi
+    uses_blocks: bool = False
 
 
-def _fedbcgd_plus(hp) -> list[FLCallback]:
-    callbacks = [BlockUploadMask(), *_momentum(hp), _controls(hp, "option1", block_coefficients=True)]
-    return callbacks + ([VarianceReduction()] if hp["variance_reduction"] else [])
+def _controls(s: Settings, blocks: bool) -> ControlVariates:
+    return ControlVariates(s.control_variate, s.control_keep, s.shared_control_coefficient if blocks else "mean",
+                           block_coefficients=blocks, rule=s.control_rule)
 
 
-ALGORITHMS: dict[str, Callable[[dict], list[FLCallback]]] = {
-    "fedavg": lambda hp: [],
-    "fedavgm": _momentum,
-    "scaffold": lambda hp: [_controls(hp, "option2", block_coefficients=False)],
-    "fedbcgd": lambda hp: [BlockUploadMask(), *_momentum(hp)],
-    "fedbcgd_freezing": lambda hp: [BlockUploadMask(freeze_other_blocks=True), *_momentum(hp)],
-    "fedbcgd_plus": _fedbcgd_plus,
+def _fedbcgd_plus(s: Settings) -> list[FLCallback]:
+    return [BlockUploadMask(), _controls(s, blocks=True)] + ([VarianceReduction()] if s.variance_reduction else [])
+
+
+ALGORITHMS: dict[str, Algorithm] = {
+    "fedavg": Algorithm("FedAvg: mean of the clients' updates", "d", lambda s: []),
+    "fedavgm": Algorithm("FedAvg with server momentum λ (model.server_momentum)", "d", lambda s: [], "momentum"),
+    "fedadam": Algorithm("FedAvg with an Adam server step (Reddi et al. 2020)", "d", lambda s: [], "fedadam"),
+    "fedyogi": Algorithm("FedAvg with a Yogi server step (Reddi et al. 2020)", "d", lambda s: [], "fedyogi"),
+    "fedprox": Algorithm("FedAvg with the proximal term (μ/2)‖y − x‖² (model.fedprox_mu)", "d",
+                         lambda s: [Proximal(s.fedprox_mu)]),
+    "scaffold": Algorithm("SCAFFOLD: control variates c_i, c (option II)", "2d", lambda s: [_controls(s, blocks=False)]),
+    "feddc": Algorithm("FedDC: local drift h_i and gradient correction (model.feddc_alpha)", "d",
+                       lambda s: [DriftCorrection(s.feddc_alpha)]),
+    "fedbcgd": Algorithm("FedBCGD: train all, upload one block + shared; block momentum", "|x_j| + |x_s| ≈ d/N",
+                         lambda s: [BlockUploadMask()], "momentum", uses_blocks=True),
+    "fedbcgd_freezing": Algorithm("FedBCGD ablation: train only the own block + shared", "≈ d/N",
+                                  lambda s: [BlockUploadMask(freeze_other_blocks=True)], "momentum", uses_blocks=True),
+    "fedbcgd_plus": Algorithm("FedBCGD+: FedBCGD with block control variates and SVRG", "≈ 2d/N", _fedbcgd_plus,
+                              "momentum", uses_blocks=True),
+    "centralized": Algorithm("Centralised SGD on the pooled data, one pass per round (reference row)", "0",
+                             lambda s: [PooledTraining()]),
 }
-BLOCK_ALGORITHMS = {"fedbcgd", "fedbcgd_freezing", "fedbcgd_plus"}
-
-
-def build_algorithm(name: str, hparams: dict) -> list[FLCallback]:
-    check_algorithm(name)
-    return ALGORITHMS[name](hparams)
+BLOCK_ALGORITHMS = {name for name, algorithm in ALGORITHMS.items() if algorithm.uses_blocks}
+CHOICES = ("option1", "option2"), ("uploaded", "all"), ("paper", "mean"), ("spec", "authors")
 
 
 def check_algorithm(name: str) -> None:
     if name not in ALGORITHMS:
-        raise ConfigError("model.algorithm", f"unknown algorithm {name!r}; choose one of {', '.join(sorted(ALGORITHMS))}")
+        raise ConfigError("model.algorithm", f"unknown algorithm {name!r}; choose one of {', '.join(ALGORITHMS)}")
+
+
+def _choice(field: str, value: str, choices: tuple) -> str:
+    if value not in choices:
+        raise ConfigError(f"model.{field}", f"unknown {value!r}; choose one of {', '.join(choices)}")
+    return value
+
+
+def resolve(name: str, hp) -> Settings:
+    """Fills the options left at None with the preset's defaults and checks them (spec, "FedBCGD+")."""
+    check_algorithm(name)
+    rule = _choice("control_rule", hp["control_rule"], CHOICES[3])
+    authors = rule == "authors"
+    if authors and name not in ("fedbcgd_plus", "scaffold"):
+        raise ConfigError("model.control_rule", f"'authors' is a rule of fedbcgd_plus and scaffold, not {name}")
+    if authors and hp["control_variate"] not in (None, "option2"):
+        raise ConfigError("model.control_variate", "the authors' rule has its own refresh (option II without η); "
+                          "leave control_variate unset")
+    momentum = hp["server_momentum"]
+    if momentum is not None and not 0.0 <= momentum < 1.0:
+        raise ConfigError("model.server_momentum", f"must be in [0, 1), got {momentum}")
+    if ALGORITHMS[name].server != "momentum":
+        momentum = 0.0  # read by the momentum presets only (fedavgm, fedbcgd*)
+    elif momentum is None:
+        momentum = 0.45 if authors else 0.8
+    server_lr = hp["server_lr"]
+    if server_lr is None:
+        server_lr = 0.01 if ALGORITHMS[name].server in ("fedadam", "fedyogi") else 1.0
+    if not server_lr > 0:
+        raise ConfigError("model.server_lr", f"must be > 0, got {server_lr}")
+    if hp["server_optimizer"] is not None and (hp["server_lr"] is not None or hp["server_momentum"] is not None):
+        raise ConfigError("model.server_optimizer", "sets the server step itself: give its lr/momentum in its "
+                          "init_args and leave model.server_lr and model.server_momentum unset")
+    if name == "centralized" and (server_lr != 1.0 or hp["weighted_aggregation"]):
+        raise ConfigError("model.server_lr", "centralized SGD takes the pooled model as it is: leave server_lr "
+                          "unset and weighted_aggregation off")
+    grad_clip = hp["grad_clip"] if hp["grad_clip"] is not None else (10.0 if authors else None)
+    variance_reduction = hp["variance_reduction"]
+    for field in ("fedprox_mu", "feddc_alpha"):
+        if hp[field] < 0:
+            raise ConfigError(f"model.{field}", f"must be ≥ 0, got {hp[field]}")
+    return Settings(
+        server_lr=server_lr, server_momentum=momentum, grad_clip=grad_clip,
+        control_variate=_choice("control_variate", hp["control_variate"] or "option2", CHOICES[0]),
+        control_keep=_choice("control_keep", hp["control_keep"] or ("all" if authors else "uploaded"), CHOICES[1]),
+        shared_control_coefficient=_choice("shared_control_coefficient", hp["shared_control_coefficient"], CHOICES[2]),
+        control_rule=rule,
+        variance_reduction=(not authors) if variance_reduction is None else variance_reduction,
+        fedprox_mu=hp["fedprox_mu"], feddc_alpha=hp["feddc_alpha"])
+
+
+def build_callbacks(name: str, settings: Settings) -> list[FLCallback]:
+    return ALGORITHMS[name].callbacks(settings)
+
+
+def build_server_optimizer(name: str, settings: Settings, params: list[torch.Tensor]) -> torch.optim.Optimizer:
+    """The preset's server optimizer over the global parameters (fl_lightning.server_optimizers)."""
+    kind = ALGORITHMS[name].server
+    if kind == "fedadam":
+        return FedAdam(params, lr=settings.server_lr)
+    if kind == "fedyogi":
+        return FedYogi(params, lr=settings.server_lr)
+    return torch.optim.SGD(params, lr=settings.server_lr, momentum=settings.server_momentum)
+
+
+def algorithm_help() -> str:
+    """One line per preset, for the ``algorithm`` option's help."""
+    return "; ".join(f"{name}: {algorithm.summary}" for name, algorithm in ALGORITHMS.items())

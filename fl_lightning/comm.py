@@ -57,8 +57,11 @@ class ReceivedSums:
             self._weight[channel] = torch.zeros(n, device=self.device)
         return self._sum[channel], self._weight[channel]
 
-    def add(self, upload: Payload, weight: float = 1.0) -> None:
+    def add(self, upload: Payload, delta_weight: float = 1.0) -> None:
+        """Adds one client's upload. ``delta_weight`` weights its model update (weighted aggregation);
+        every other channel (e.g. Eq. 5's Δc sum) is always added with weight 1."""
         for part in upload.parts:
+            weight = delta_weight if part.channel == "delta" else 1.0
             total, weights = self._buffers(part.channel)
             total[part.start:part.stop].add_(part.tensor.to(total.dtype), alpha=weight)
             weights[part.start:part.stop].add_(weight)

@@ -6,7 +6,7 @@
         T local SGD steps                       client_step   (E epochs × ⌈n/B⌉ batches)
         upload Δ = y − x^r over upload_ranges   client_final
         received.add(upload)                    summed as it streams in
-    x^{r+1} = x^r + η_g · Δ̄                    server_update (FLCallbacks may transform Δ̄)
+    x^{r+1} = server_optimizer.step(g = −Δ̄)   server_update (FLCallbacks may transform Δ̄ first)
 
 Algorithms change this only through ``FLCallback`` hooks (fl_lightning.callbacks.base).
 """
@@ -31,7 +31,6 @@ class LocalConfig:
     clients_per_round: int
     local_epochs: int = 1
     batch_size: int = 50
-    server_lr: float = 1.0
     weighted_aggregation: bool = False
     grad_clip: Optional[float] = None  # clip each local gradient's norm (the authors' code: 10)
 
@@ -45,6 +44,8 @@ class ClientTask:
     seed: int
     num_samples: int
     upload_ranges: list[tuple[int, int]]  # slices [start, stop) of the flat model it sends
+    local_epochs: int = 1
+    pooled: bool = False  # centralised SGD: all clients' data in one place, nothing crosses a network
     download: Payload = field(default_factory=Payload)
     upload: Payload = field(default_factory=Payload)
     steps: int = 0
@@ -66,9 +67,16 @@ class RoundPlan:
 
 
 class FederatedLoop:
+    """Args:
+        global_vector: x^r (parameters, then floating buffers); its first ``num_params`` entries are
+            the parameters ``server_optimizer`` steps.
+        server_optimizer: anything with ``step()`` over ``global_vector[:num_params]`` (the module
+            passes Lightning's optimizer wrapper, so each round is one Lightning optimizer step).
+    """
+
     def __init__(self, flat: FlatModel, clients: ClientData, loss_fn: Callable, optimizer: torch.optim.Optimizer,
-                 config: LocalConfig, callbacks: Sequence, forward_context: Callable[[], ContextManager] = nullcontext,
-                 blocks: Optional[BlockPartition] = None):
+                 config: LocalConfig, callbacks: Sequence, global_vector: torch.Tensor, server_optimizer,
+                 forward_context: Callable[[], ContextManager] = nullcontext, blocks: Optional[BlockPartition] = None):
         self.flat = flat
         self.blocks = blocks
         self.clients = clients
@@ -77,7 +85,8 @@ class FederatedLoop:
         self.config = config
         self.callbacks = list(callbacks)
         self.forward_context = forward_context
-        self.global_vector = flat.vector.detach().clone()  # x^r: parameters, then floating buffers
+        self.global_vector = global_vector
+        self.server_optimizer = server_optimizer
         self.comm = CommMeter(flat.num_params)
         self._gradient_hooks = self._overriding("on_local_gradient")
         self._step_hooks = self._overriding("on_local_step_end")
@@ -99,8 +108,9 @@ class FederatedLoop:
 
     def configure_round(self, round_idx: int, lr: float) -> RoundPlan:
         everything = [(0, self.flat.numel)]
-        tasks = [ClientTask(cid, pos, derive_seed(round_idx, cid), self.clients.num_samples(cid), list(everything))
-                 for pos, cid in enumerate(self.sample_clients(round_idx))]
+        epochs = self.config.local_epochs
+        tasks = [ClientTask(cid, pos, derive_seed(round_idx, cid), self.clients.num_samples(cid), list(everything),
+                            epochs) for pos, cid in enumerate(self.sample_clients(round_idx))]
         plan = RoundPlan(round_idx, lr, tasks)
         self._call("configure_round", plan)
         return plan
@@ -114,10 +124,10 @@ class FederatedLoop:
         loss_sum, steps, up, down = 0.0, 0, [], []
         for client in plan.clients:
             self.run_client(client)
-            received.add(client.upload, weight=client.num_samples if self.config.weighted_aggregation else 1.0)
+            received.add(client.upload, delta_weight=client.num_samples if self.config.weighted_aggregation else 1.0)
             loss_sum, steps = client.loss_sum + loss_sum, steps + client.steps
-            up.append(client.upload.nbytes)
-            down.append(client.download.nbytes)
+            up.append(0 if client.pooled else client.upload.nbytes)
+            down.append(0 if client.pooled else client.download.nbytes)
             client.drop_tensors()
         self.comm.add_round(up, down)
         self.server_update(received)
@@ -136,16 +146,19 @@ class FederatedLoop:
             client.upload.add("delta", start, delta[start:stop])
         self._call("on_client_end", client)
 
+    def data_of(self, client: ClientTask) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.clients.pooled() if client.pooled else self.clients.of(client.client_id)
+
     def train_local(self, client: ClientTask) -> None:
         """E local epochs of minibatch SGD on the client's own data (client_step)."""
-        x, y = self.clients.of(client.client_id)
+        x, y = self.data_of(client)
         n, batch = len(y), self.config.batch_size
         generator = torch.Generator().manual_seed(client.seed)
         torch.manual_seed(client.seed)  # dropout etc. replay exactly on resume
         loss_sum = torch.zeros((), device=x.device)
         flat, optimizer, clip = self.flat, self.optimizer, self.config.grad_clip
         steps = 0
-        for _ in range(self.config.local_epochs):
+        for _ in range(client.local_epochs):
             perm = torch.randperm(n, generator=generator).to(x.device)
             xs, ys = x[perm], y[perm]
             for start in range(0, n, batch):
@@ -171,7 +184,7 @@ class FederatedLoop:
         model; one pass, computed once per client and round. Call it while the working model
         is still x^r (``on_client_start``)."""
         if "full_gradient" not in client.info:
-            x, y = self.clients.of(client.client_id)
+            x, y = self.data_of(client)
             total = torch.zeros_like(self.flat.grad)
             for start in range(0, len(y), self.config.batch_size):
                 xb = self.clients.prepare(x[start:start + self.config.batch_size])
@@ -206,12 +219,16 @@ class FederatedLoop:
 
     # -- aggregate (server) -------------------------------------------------------------
     def server_update(self, received: ReceivedSums) -> None:
-        """x^{r+1} = x^r + η_g · Δ̄ on parameters (after FLCallbacks transform Δ̄); buffers take the mean."""
+        """Parameters: the server optimizer steps on the pseudo-gradient g = −Δ̄ (after FLCallbacks
+        transform Δ̄; FedAvg's SGD(lr=η_g) gives x + η_g Δ̄). Floating buffers take the mean, never stepped."""
         mean = received.mean("delta")
         d = self.flat.num_params
         update = mean[:d]
         self._call("on_server_update", update, received)
-        self.global_vector[:d].add_(update, alpha=self.config.server_lr)
+        server_params = self.server_optimizer.param_groups[0]["params"][0]
+        server_params.grad = update.neg_()
+        self.server_optimizer.step()
+        server_params.grad = None
         self.global_vector[d:].add_(mean[d:])
 
     def is_finite(self) -> bool:

@@ -13,10 +13,11 @@ from typing import Optional, Union
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.cli import OptimizerCallable
 import torch.nn.functional as F
 from torch import nn
 
-from fl_lightning.algorithms import BLOCK_ALGORITHMS, build_algorithm, check_algorithm
+from fl_lightning.algorithms import BLOCK_ALGORITHMS, algorithm_help, build_callbacks, build_server_optimizer, resolve
 from fl_lightning.blocks import build_partition
 from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.errors import ConfigError, DivergenceError
@@ -30,10 +31,12 @@ def _positive(field: str, value: float) -> None:
 
 
 class FederatedModule(pl.LightningModule):
-    """Args:
+    """The global model and the round loop: one Lightning epoch = one communication round.
+
+    Args:
         network: the model to federate (any ``nn.Module``, or a ``LightningModule`` whose
             ``training_step`` then defines the local loss).
-        algorithm: preset name (``fedavg``, ``fedavgm``; see ``fl_lightning.algorithms``).
+        algorithm: preset, one of — {algorithms}.
         clients_per_round: S, clients sampled each round (paper: 10 of 100).
         local_epochs: E, local epochs per round (paper: 5).
         batch_size: B, local minibatch size (paper: 50).
@@ -41,37 +44,41 @@ class FederatedModule(pl.LightningModule):
         lr_decay: per-round multiplicative lr decay (paper: 0.998).
         weight_decay: local SGD weight decay (paper: 1e-3).
         client_momentum: local SGD momentum (reset for every client; paper: 0).
-        server_lr: η_g, server learning rate.
-        server_momentum: λ of server momentum (FedAvgM, FedBCGD).
-        weighted_aggregation: weight client updates by sample count instead of a plain mean.
+        server_lr: η_g, the server optimizer's lr (default: 1; fedadam/fedyogi 0.01).
+        server_momentum: λ, server momentum of fedavgm and fedbcgd* (default 0.8; 0.45 with control_rule authors).
+        server_optimizer: any torch.optim class (path) with its init args, stepped on the pseudo-gradient −Δ̄
+            each round; replaces the preset's (then leave server_lr/server_momentum unset).
+        weighted_aggregation: weight client updates Δ by sample count instead of a plain mean.
         max_upload_d: stop once ``comm/upload_d`` reaches this budget (paper: 1000).
         target_accuracy: log ``comm/upload_d_at_target`` when val/acc first reaches it.
         num_blocks: N, parameter blocks (FedBCGD); default: the paper's division, else 5.
         block_division: ``auto`` (paper preset if the model has one, else balanced), ``balanced``,
-            or ``{blocks: [[module patterns]], shared: [patterns]}`` (see ``fl_lightning.blocks``).
+            or ``{{blocks: [[module patterns]], shared: [patterns]}}`` (see ``fl_lightning.blocks``).
         shared_block: keep a shared block uploaded by every client (ablation: false).
-        control_variate: c_i refresh, ``option1`` (FedBCGD+ default) or ``option2`` (SCAFFOLD default).
-        variance_reduction: FedBCGD+'s SVRG term.
-        control_apply, control_damping: the authors' code variants (``after_step``, 0.1); see
-            ``fl_lightning.callbacks.control_variates``.
-        control_keep: what a FedBCGD+ client keeps of its refreshed c_i: ``all`` or ``uploaded``.
-        grad_clip: clip each local gradient to this norm (the authors' code: 10).
+        control_variate: c_i refresh of fedbcgd_plus/scaffold, ``option2`` (default) or ``option1``.
+        control_keep: what a FedBCGD+ client stores of its refreshed c_i: ``uploaded`` (default) or ``all``.
+        shared_control_coefficient: Eq. 5's step on the shared block's c: ``mean`` (1/M) or ``paper`` (1/(MN)).
+        control_rule: ``spec`` or ``authors`` (their code: EMA of c, correction after the step, clip 10, λ 0.45).
+        variance_reduction: FedBCGD+'s SVRG term (default: on, off with control_rule authors).
+        grad_clip: clip each local gradient to this norm (default: none; 10 with control_rule authors).
+        fedprox_mu: μ of fedprox's proximal term.
+        feddc_alpha: α of feddc's drift penalty.
         eval_train_objective: at each validation also log ``train/objective``, the global
             training objective f(x) + (weight_decay/2)‖x‖² over all clients' data (convex plots).
     """
 
     def __init__(self, network: nn.Module, algorithm: str = "fedavg", clients_per_round: int = 10,
                  local_epochs: int = 1, batch_size: int = 50, lr: float = 0.1, lr_decay: float = 0.998,
-                 weight_decay: float = 1e-3, client_momentum: float = 0.0, server_lr: float = 1.0,
-                 server_momentum: float = 0.8, weighted_aggregation: bool = False,
+                 weight_decay: float = 1e-3, client_momentum: float = 0.0, server_lr: Optional[float] = None,
+                 server_momentum: Optional[float] = None, server_optimizer: Optional[OptimizerCallable] = None,
+                 weighted_aggregation: bool = False,
                  max_upload_d: Optional[float] = None, target_accuracy: Optional[float] = None,
                  num_blocks: Optional[int] = None, block_division: Union[str, dict] = "auto",
-                 shared_block: bool = True, control_variate: Optional[str] = None,
-                 variance_reduction: bool = True, control_apply: str = "gradient", control_damping: float = 1.0,
-                 control_keep: str = "all",
-                 grad_clip: Optional[float] = None, eval_train_objective: bool = False):
+                 shared_block: bool = True, control_variate: Optional[str] = None, control_keep: Optional[str] = None,
+                 shared_control_coefficient: str = "mean", control_rule: str = "spec",
+                 variance_reduction: Optional[bool] = None, grad_clip: Optional[float] = None,
+                 fedprox_mu: float = 0.01, feddc_alpha: float = 0.01, eval_train_objective: bool = False):
         super().__init__()
-        check_algorithm(algorithm)
         if clients_per_round < 1:
             raise ConfigError("model.clients_per_round", f"must be ≥ 1, got {clients_per_round}")
         if local_epochs < 1:
@@ -80,17 +87,19 @@ class FederatedModule(pl.LightningModule):
             raise ConfigError("model.batch_size", f"must be ≥ 1, got {batch_size}")
         _positive("model.lr", lr)
         _positive("model.lr_decay", lr_decay)
-        _positive("model.server_lr", server_lr)
         if weight_decay < 0:
             raise ConfigError("model.weight_decay", f"must be ≥ 0, got {weight_decay}")
         if max_upload_d is not None:
             _positive("model.max_upload_d", max_upload_d)
-        self.save_hyperparameters(ignore=["network"])
+        self.save_hyperparameters(ignore=["network", "server_optimizer"])
+        self.settings = resolve(algorithm, {**self.hparams, "server_optimizer": server_optimizer})
+        self.server_optimizer = server_optimizer
         self.automatic_optimization = False
         self.net = network
         needs_blocks = algorithm in BLOCK_ALGORITHMS or num_blocks is not None or block_division != "auto"
         self.blocks = build_partition(network, block_division, num_blocks, shared_block) if needs_blocks else None
         self.flat = FlatModel(network, order=self.blocks.order if self.blocks else None)
+        self.global_vector: Optional[torch.Tensor] = None  # x^r, made with the server optimizer
         self.loop: Optional[FederatedLoop] = None
         self.upload_d_at_target: Optional[float] = None
         self._restored: Optional[dict] = None
@@ -104,14 +113,22 @@ class FederatedModule(pl.LightningModule):
         return self
 
     def configure_callbacks(self):
-        return build_algorithm(self.hparams.algorithm, self.hparams)
+        return build_callbacks(self.hparams.algorithm, self.settings)
 
     def configure_optimizers(self):
+        """[server optimizer over x^r's parameters, local SGD over the working model]; the local lr
+        schedule (η decayed per round) is the one lr scheduler."""
         hp = self.hparams
-        optimizer = torch.optim.SGD([self.flat.params], lr=hp.lr, momentum=hp.client_momentum,
-                                    weight_decay=hp.weight_decay)
-        schedule = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=hp.lr_decay)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "epoch"}}
+        self.global_vector = self.flat.vector.detach().clone()
+        server_params = [self.global_vector[:self.flat.num_params]]
+        if self.server_optimizer is not None:
+            server = self.server_optimizer(server_params)
+        else:
+            server = build_server_optimizer(hp.algorithm, self.settings, server_params)
+        local = torch.optim.SGD([self.flat.params], lr=hp.lr, momentum=hp.client_momentum,
+                                weight_decay=hp.weight_decay)
+        schedule = torch.optim.lr_scheduler.ExponentialLR(local, gamma=hp.lr_decay)
+        return [server, local], [{"scheduler": schedule, "interval": "epoch"}]
 
     def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         if isinstance(self.net, pl.LightningModule):
@@ -143,6 +160,9 @@ class FederatedModule(pl.LightningModule):
     def on_fit_start(self):
         datamodule = self.trainer.datamodule
         self.check_compatible(datamodule)
+        if getattr(self.trainer.precision_plugin, "scaler", None) is not None:
+            raise ConfigError("trainer.precision", "16-mixed needs a GradScaler that would rescale the server's "
+                              "pseudo-gradient; use bf16-mixed or 32")
         if not self.trainer.is_global_zero:
             return
         for logger in self.trainer.loggers:
@@ -162,10 +182,12 @@ class FederatedModule(pl.LightningModule):
     def on_train_start(self):
         fl_callbacks = [cb for cb in self.trainer.callbacks if isinstance(cb, FLCallback)]
         hp = self.hparams
-        config = LocalConfig(hp.clients_per_round, hp.local_epochs, hp.batch_size, hp.server_lr,
-                             hp.weighted_aggregation, hp.grad_clip)
+        config = LocalConfig(hp.clients_per_round, hp.local_epochs, hp.batch_size, hp.weighted_aggregation,
+                             self.settings.grad_clip)
+        self.global_vector.copy_(self.flat.vector)  # x^r: the network holds it (restored on resume)
+        server, local = self.optimizers()
         self.loop = FederatedLoop(self.flat, self.trainer.datamodule.clients.to(self.device), self.local_loss,
-                                  self.trainer.optimizers[0], config, fl_callbacks,
+                                  local.optimizer, config, fl_callbacks, self.global_vector, server,
                                   self.trainer.precision_plugin.forward_context, self.blocks)
         if self._restored is not None:
             self.loop.comm.load_state_dict(self._restored["comm"])
@@ -175,27 +197,19 @@ class FederatedModule(pl.LightningModule):
         round_idx = self.current_epoch
         self._val_metrics = {}
         self.net.train()
-        lr = self.trainer.optimizers[0].param_groups[0]["lr"]
+        lr = self.loop.optimizer.param_groups[0]["lr"]
         self._train_loss = float(self.loop.run_round(round_idx, lr))
         self._lr = lr
         if not (torch.isfinite(torch.tensor(self._train_loss)) and self.loop.is_finite()):
             raise DivergenceError(f"round {round_idx + 1}: the training loss or the global model became NaN/inf "
                                   f"(train/loss={self._train_loss}); lower model.lr or model.server_lr")
         self.lr_schedulers().step()
-        self._count_round_as_optimizer_step()
         comm = self.loop.comm
         self.log_dict({"round": float(round_idx + 1), "comm/upload_d": comm.upload_d},
                       prog_bar=True, logger=False, on_step=True, on_epoch=False)
         budget = self.hparams.max_upload_d
         if budget is not None and comm.upload_d >= budget - 1e-9:
             self.trainer.should_stop = True
-
-    def _count_round_as_optimizer_step(self) -> None:
-        # Local SGD steps bypass Lightning (no per-batch overhead), so tell Lightning that one
-        # server step happened: trainer.global_step then counts rounds, and ModelCheckpoint saves.
-        progress = self.trainer.fit_loop.epoch_loop.manual_optimization.optim_step_progress
-        progress.increment_ready()
-        progress.increment_completed()
 
     def on_train_epoch_end(self):
         """One logger row per round: progress, communication, and the round's validation."""
@@ -265,3 +279,6 @@ class FederatedModule(pl.LightningModule):
         state = checkpoint.get("federated")
         if state is not None and state["comm"] is not None:
             self._restored = state
+
+
+FederatedModule.__doc__ = FederatedModule.__doc__.format(algorithms=algorithm_help())

@@ -53,8 +53,10 @@ def test_checkpoint_loads_with_weights_only():
     ckpt = torch.load("ckpts/epoch=1.ckpt", weights_only=True)
     assert ckpt["federated"]["comm"]["upload_d"] == 2.0
     assert len(ckpt["FederatedDataModule"]["client_indices"]) == 8
-    velocity = ckpt["callbacks"]["ServerMomentum"]["velocity"]
+    (server, local) = ckpt["optimizer_states"]  # server momentum is ordinary optimizer state
+    velocity = server["state"][0]["momentum_buffer"]
     assert velocity.shape == (module.flat.num_params,) and velocity.abs().sum() > 0
+    assert server["param_groups"][0]["momentum"] == 0.5 and local["param_groups"][0]["lr"] == 0.1 * 0.998 ** 2
 
 
 def test_upload_budget_stops_the_run():

@@ -67,8 +67,10 @@ def test_fedavgm_two_rounds():
     v2 = [[lam * MEAN_1[i][j] + m2[i][j] for j in range(2)] for i in range(2)]
     w2 = [[MEAN_1[i][j] + v2[i][j] for j in range(2)] for i in range(2)]
     torch.testing.assert_close(module.net.weight.detach(), torch.tensor(w2), atol=1e-7, rtol=0)
-    (momentum,) = [cb for cb in module.loop.callbacks]
-    torch.testing.assert_close(momentum.velocity, torch.tensor(v2).flatten(), atol=1e-7, rtol=0)
+    server = module.trainer.optimizers[0]  # SGD with momentum λ on the pseudo-gradient −Δ̄ keeps b = −v
+    buffer = server.state[server.param_groups[0]["params"][0]]["momentum_buffer"]
+    torch.testing.assert_close(-buffer, torch.tensor(v2).flatten(), atol=1e-7, rtol=0)
+    assert module.trainer.global_step == 2  # one Lightning optimizer step per round
     assert module.loop.comm.upload_d == 2.0
 
 

@@ -44,6 +44,10 @@ class ClientData:
         a, b = self.offsets[client], self.offsets[client + 1]
         return self.x[a:b], self.y[a:b]
 
+    def pooled(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every client's samples together (centralised SGD)."""
+        return self.x, self.y
+
     def prepare(self, x: torch.Tensor) -> torch.Tensor:
         """A stored minibatch as the model sees it (e.g. uint8 images → augmented floats)."""
         return self.transform(x) if self.transform is not None else x

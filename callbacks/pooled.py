@@ -1,0 +1,23 @@
+"""Centralised SGD, the paper's reference row ("Centralised SGD" in Tables 2-5).
+
+Each round is one pass of minibatch SGD over the union of all clients' data, with the same
+model, batch size, lr schedule and weight decay as the federated runs. Nothing crosses a
+network, so nothing is counted (comm/upload_d stays 0); the round's result becomes the
+global model through the same server step (pseudo-gradient x^r − y, SGD with lr 1).
+"""
+from __future__ import annotations
+
+from fl_lightning.callbacks.base import FLCallback
+from fl_lightning.loop import ClientTask
+from fl_lightning.seeding import derive_seed
+
+POOLED_PURPOSE = 0xCE47  # seeds the pooled pass's batch order, apart from every client's
+
+
+class PooledTraining(FLCallback):
+    def configure_round(self, loop, plan):
+        """Replaces the sampled clients with one pooled task: all data, one epoch, nothing sent."""
+        everything = [(0, loop.flat.numel)]
+        num_samples = len(loop.clients.pooled()[1])
+        plan.clients[:] = [ClientTask(-1, 0, derive_seed(plan.round, POOLED_PURPOSE), num_samples, everything,
+                                      local_epochs=1, pooled=True)]
