@@ -5,6 +5,9 @@
 reads ``<runs>/<algorithm>/version_N/metrics.csv`` (the newest version of each algorithm)
 and writes ``<out>.csv`` (one row per algorithm), ``<out>.md`` (the same as a Markdown
 table) and ``<out>.png`` (val/acc — and train/objective when logged — against comm/upload_d).
+``--at-d 10,25,50`` adds val/acc (and train/objective) at those budgets: the last evaluation
+with comm/upload_d ≤ the budget. A run that uploads nothing (centralised SGD) has no budget
+columns and is drawn as a horizontal line at its final value.
 """
 from __future__ import annotations
 
@@ -20,13 +23,24 @@ def read_run(folder: Path) -> list[dict]:
     return [{k: float(v) for k, v in row.items() if v != ""} for row in rows]
 
 
-def summarise(name: str, rows: list[dict], target: float) -> dict:
+def at_budget(evaluated: list[dict], budget: float, key: str) -> float:
+    within = [r for r in evaluated if r["comm/upload_d"] <= budget + 1e-9]
+    return within[-1][key] if within and evaluated[-1]["comm/upload_d"] > 0 else math.nan
+
+
+def summarise(name: str, rows: list[dict], target: float, budgets: list[float]) -> dict:
     evaluated = [r for r in rows if "val/acc" in r]
-    reached = next((r["comm/upload_d"] for r in evaluated if r["val/acc"] >= target), math.inf)
+    uploads = evaluated[-1]["comm/upload_d"] > 0
+    reached = next((r["comm/upload_d"] for r in evaluated if r["val/acc"] >= target), math.inf) if uploads else math.nan
     summary = {"algorithm": name, "rounds": int(rows[-1]["round"]), "final_val_acc": evaluated[-1]["val/acc"],
                "best_val_acc": max(r["val/acc"] for r in evaluated), "upload_d_total": rows[-1]["comm/upload_d"],
                f"upload_d_to_{target:g}": reached}
-    if "train/objective" in evaluated[-1]:
+    objective = "train/objective" in evaluated[-1]
+    for budget in budgets:
+        summary[f"acc_at_{budget:g}d"] = at_budget(evaluated, budget, "val/acc")
+        if objective:
+            summary[f"objective_at_{budget:g}d"] = at_budget(evaluated, budget, "train/objective")
+    if objective:
         summary["final_train_objective"] = evaluated[-1]["train/objective"]
     return summary
 
@@ -37,16 +51,22 @@ def main() -> None:
     parser.add_argument("--target", type=float, required=True, help="common target accuracy")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--title", default="")
+    parser.add_argument("--at-d", default="", help="comma-separated budgets in d, e.g. 10,25,50,100")
     args = parser.parse_args()
+    budgets = [float(b) for b in args.at_d.split(",") if b]
     runs = {p.name: read_run(p) for p in sorted(args.runs.iterdir()) if p.is_dir()}
-    summaries = [summarise(name, rows, args.target) for name, rows in runs.items()]
+    summaries = [summarise(name, rows, args.target, budgets) for name, rows in runs.items()]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     keys = list(summaries[0])
     with open(args.out.with_suffix(".csv"), "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=keys)
         writer.writeheader()
         writer.writerows(summaries)
-    fmt = lambda v: f"{v:.4f}" if isinstance(v, float) and v < 10 else (f"{v:.1f}" if isinstance(v, float) else str(v))  # noqa: E731
+    def fmt(v):
+        if isinstance(v, float) and math.isnan(v):
+            return "—"
+        return f"{v:.4f}" if isinstance(v, float) and v < 10 else (f"{v:.1f}" if isinstance(v, float) else str(v))
+
     lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
     lines += ["| " + " | ".join(fmt(s[k]) for k in keys) + " |" for s in summaries]
     args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
@@ -61,10 +81,12 @@ def main() -> None:
     fig, axes = plt.subplots(1, 2 if has_objective else 1, figsize=(11 if has_objective else 6, 4), squeeze=False)
     for name, rows in runs.items():
         evaluated = [r for r in rows if "val/acc" in r]
-        axes[0][0].plot([r["comm/upload_d"] for r in evaluated], [r["val/acc"] for r in evaluated], label=name)
-        if has_objective:
-            axes[0][1].plot([r["comm/upload_d"] for r in evaluated], [r["train/objective"] for r in evaluated],
-                            label=name)
+        keys = ["val/acc"] + (["train/objective"] if has_objective else [])
+        for ax, key in zip(axes[0], keys):
+            if evaluated[-1]["comm/upload_d"] > 0:
+                ax.plot([r["comm/upload_d"] for r in evaluated], [r[key] for r in evaluated], label=name)
+            else:  # nothing uploaded: its final value as a reference line
+                ax.axhline(evaluated[-1][key], color="black", lw=1, ls=":", label=f"{name} (final, no upload)")
     axes[0][0].set(xlabel="comm/upload_d (mean floats uploaded per client / d)", ylabel="test accuracy",
                    title=args.title)
     axes[0][0].axhline(args.target, color="grey", lw=0.5, ls="--")
