@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 import pytorch_lightning as pl
 import torch
 
+from fl_lightning.errors import FLUserError
+
 if TYPE_CHECKING:  # pragma: no cover
     from fl_lightning.comm import ReceivedSums
     from fl_lightning.loop import ClientTask, FederatedLoop, RoundPlan
@@ -31,6 +33,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 class FLCallback(pl.Callback):
     """Base class: every hook is a no-op; override the ones the algorithm needs."""
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        """Refuses to sit silently on a Trainer whose module runs no federated rounds."""
+        from fl_lightning.module import FederatedModule
+
+        if not isinstance(pl_module, FederatedModule):
+            raise FLUserError(f"{type(self).__name__} acts only inside federated rounds, but the Trainer fits a "
+                              f"{type(pl_module).__name__}; fit fl_lightning.FederatedModule(network=your_model) instead")
 
     def configure_round(self, loop: "FederatedLoop", plan: "RoundPlan") -> None:
         """Server, before any client trains: e.g. assign upload masks (client.upload_ranges)."""

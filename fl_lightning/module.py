@@ -14,6 +14,7 @@ from typing import Optional, Union
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.cli import OptimizerCallable
+from pytorch_lightning.utilities import rank_zero_warn
 import torch.nn.functional as F
 from torch import nn
 
@@ -22,6 +23,7 @@ from fl_lightning.blocks import build_partition
 from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.errors import ConfigError, DivergenceError
 from fl_lightning.flat import FlatModel
+from fl_lightning.foreign import LoggedValues, is_lightning, logging_into, network_optimizer, overrides
 from fl_lightning.loop import FederatedLoop, LocalConfig
 
 
@@ -44,6 +46,8 @@ class FederatedModule(pl.LightningModule):
         lr_decay: per-round multiplicative lr decay (paper: 0.998).
         weight_decay: local SGD weight decay (paper: 1e-3).
         client_momentum: local SGD momentum (reset for every client; paper: 0).
+        local_optimizer: ``sgd`` (lr, weight_decay, client_momentum above) or ``network``: the optimizer the
+            network's own ``configure_optimizers`` returns (a LightningModule), its lr decayed by lr_decay.
         server_lr: η_g, the server optimizer's lr (default: 1; fedadam/fedyogi 0.01).
         server_momentum: λ, server momentum of fedavgm and fedbcgd* (default 0.8; 0.45 with control_rule authors).
         server_optimizer: any torch.optim class (path) with its init args, stepped on the pseudo-gradient −Δ̄
@@ -69,7 +73,8 @@ class FederatedModule(pl.LightningModule):
 
     def __init__(self, network: nn.Module, algorithm: str = "fedavg", clients_per_round: int = 10,
                  local_epochs: int = 1, batch_size: int = 50, lr: float = 0.1, lr_decay: float = 0.998,
-                 weight_decay: float = 1e-3, client_momentum: float = 0.0, server_lr: Optional[float] = None,
+                 weight_decay: float = 1e-3, client_momentum: float = 0.0, local_optimizer: str = "sgd",
+                 server_lr: Optional[float] = None,
                  server_momentum: Optional[float] = None, server_optimizer: Optional[OptimizerCallable] = None,
                  weighted_aggregation: bool = False,
                  max_upload_d: Optional[float] = None, target_accuracy: Optional[float] = None,
@@ -91,6 +96,9 @@ class FederatedModule(pl.LightningModule):
             raise ConfigError("model.weight_decay", f"must be ≥ 0, got {weight_decay}")
         if max_upload_d is not None:
             _positive("model.max_upload_d", max_upload_d)
+        if local_optimizer not in ("sgd", "network") or (local_optimizer == "network" and not is_lightning(network)):
+            raise ConfigError("model.local_optimizer", f"got {local_optimizer!r}; choose sgd, or network when the "
+                              "network is a LightningModule with configure_optimizers")
         self.save_hyperparameters(ignore=["network", "server_optimizer"])
         self.settings = resolve(algorithm, {**self.hparams, "server_optimizer": server_optimizer})
         self.server_optimizer = server_optimizer
@@ -105,6 +113,7 @@ class FederatedModule(pl.LightningModule):
         self._restored: Optional[dict] = None
         self._val_sums: list[torch.Tensor] = []
         self._val_metrics: dict[str, float] = {}
+        self._train_logs, self._eval_logs = LoggedValues(), LoggedValues()  # the network's own self.log calls
 
     # -- wiring ---------------------------------------------------------------------------
     def _apply(self, fn, *args, **kwargs):
@@ -125,8 +134,15 @@ class FederatedModule(pl.LightningModule):
             server = self.server_optimizer(server_params)
         else:
             server = build_server_optimizer(hp.algorithm, self.settings, server_params)
-        local = torch.optim.SGD([self.flat.params], lr=hp.lr, momentum=hp.client_momentum,
-                                weight_decay=hp.weight_decay)
+        if hp.local_optimizer == "network":
+            local = network_optimizer(self.net, [self.flat.params])
+        else:
+            if overrides(self.net, "configure_optimizers"):
+                rank_zero_warn(f"{type(self.net).__name__}.configure_optimizers() is not used: clients train with "
+                               "SGD(model.lr, model.weight_decay, model.client_momentum); set model.local_optimizer: "
+                               "network to train them with yours")
+            local = torch.optim.SGD([self.flat.params], lr=hp.lr, momentum=hp.client_momentum,
+                                    weight_decay=hp.weight_decay)
         schedule = torch.optim.lr_scheduler.ExponentialLR(local, gamma=hp.lr_decay)
         return [server, local], [{"scheduler": schedule, "interval": "epoch"}]
 
@@ -165,7 +181,10 @@ class FederatedModule(pl.LightningModule):
                               "pseudo-gradient; use bf16-mixed or 32")
         if not self.trainer.is_global_zero:
             return
+        network_hparams = dict(self.net.hparams) if is_lightning(self.net) else {}
         for logger in self.trainer.loggers:
+            if network_hparams:
+                logger.log_hyperparams({f"network/{key}": value for key, value in network_hparams.items()})
             if isinstance(logger, pl.loggers.WandbLogger):
                 experiment = logger.experiment
                 experiment.define_metric("comm/upload_d")
@@ -198,7 +217,8 @@ class FederatedModule(pl.LightningModule):
         self._val_metrics = {}
         self.net.train()
         lr = self.loop.optimizer.param_groups[0]["lr"]
-        self._train_loss = float(self.loop.run_round(round_idx, lr))
+        with logging_into(self.net, self._train_logs):
+            self._train_loss = float(self.loop.run_round(round_idx, lr))
         self._lr = lr
         if not (torch.isfinite(torch.tensor(self._train_loss)) and self.loop.is_finite()):
             raise DivergenceError(f"round {round_idx + 1}: the training loss or the global model became NaN/inf "
@@ -213,8 +233,8 @@ class FederatedModule(pl.LightningModule):
 
     def on_train_epoch_end(self):
         """One logger row per round: progress, communication, and the round's validation."""
-        row = {"round": float(self.current_epoch + 1), "train/loss": self._train_loss, "lr": self._lr,
-               **self.loop.comm.metrics(), **self._val_metrics}
+        row = {**self._train_logs.pop_means(), "round": float(self.current_epoch + 1), "train/loss": self._train_loss,
+               "lr": self._lr, **self.loop.comm.metrics(), **self._val_metrics}
         if "val/acc" in self._val_metrics:
             target = self.hparams.target_accuracy
             if target is not None and self.upload_d_at_target is None and self._val_metrics["val/acc"] >= target:
@@ -225,9 +245,13 @@ class FederatedModule(pl.LightningModule):
                       on_step=False, on_epoch=True, logger=True)
 
     # -- evaluation of the global model ------------------------------------------------------
-    def _eval_step(self, batch):
+    def _eval_step(self, batch, batch_idx: int, own_hook: str):
         x, y = batch
-        logits = self.net(self.trainer.datamodule.eval_transform(x))
+        x = self.trainer.datamodule.eval_transform(x)
+        if overrides(self.net, own_hook):  # the network's own validation_step / test_step
+            with logging_into(self.net, self._eval_logs):
+                getattr(self.net, own_hook)((x, y), batch_idx)
+        logits = self.net(x)
         loss = F.cross_entropy(logits.float(), y, reduction="sum")
         correct = (logits.argmax(-1) == y).sum()
         self._val_sums.append(torch.stack([loss.detach(), correct.float(), torch.tensor(float(len(y)), device=loss.device)]))
@@ -235,7 +259,7 @@ class FederatedModule(pl.LightningModule):
     def _eval_epoch_end(self, prefix: str):
         loss, correct, count = torch.stack(self._val_sums).sum(0).tolist()
         self._val_sums = []
-        metrics = {f"{prefix}/acc": correct / count, f"{prefix}/loss": loss / count}
+        metrics = {**self._eval_logs.pop_means(), f"{prefix}/acc": correct / count, f"{prefix}/loss": loss / count}
         fitting = self.trainer.state.fn == "fit"
         if fitting and self.hparams.eval_train_objective and self.loop is not None:
             metrics["train/objective"] = self._train_objective()
@@ -256,13 +280,13 @@ class FederatedModule(pl.LightningModule):
         return float(total / len(clients.y) + penalty)
 
     def validation_step(self, batch, batch_idx):
-        self._eval_step(batch)
+        self._eval_step(batch, batch_idx, "validation_step")
 
     def on_validation_epoch_end(self):
         self._eval_epoch_end("val")
 
     def test_step(self, batch, batch_idx):
-        self._eval_step(batch)
+        self._eval_step(batch, batch_idx, "test_step")
 
     def on_test_epoch_end(self):
         self._eval_epoch_end("test")

@@ -1,0 +1,78 @@
+"""A user's own LightningModule as the federated network (README, "Your own LightningModule").
+
+- ``training_step`` is the local loss; its ``self.log``/``self.log_dict`` calls are collected
+  (``LoggedValues``) and reach the loggers once per round, as the mean over the round's local
+  steps, under the user's own names.
+- ``validation_step``, when the class defines one, runs at every evaluation of the global model
+  (its logged values averaged over batches), besides fl-lightning's own val/acc and val/loss.
+- ``configure_optimizers`` becomes the local optimizer with ``local_optimizer: network``
+  (rebuilt over the flat parameters with the same class and settings); otherwise it is
+  replaced by SGD with a one-line warning.
+- ``hparams`` (``save_hyperparameters``) are logged with the run under ``network/``.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import pytorch_lightning as pl
+import torch
+
+from fl_lightning.errors import ConfigError
+
+
+def is_lightning(net) -> bool:
+    return isinstance(net, pl.LightningModule)
+
+
+def overrides(net, hook: str) -> bool:
+    """Whether the user's class defines ``hook`` itself."""
+    return is_lightning(net) and getattr(type(net), hook) is not getattr(pl.LightningModule, hook)
+
+
+class LoggedValues:
+    """Stands in for ``self.log``/``self.log_dict`` of the user's module: sums what it logs."""
+
+    def __init__(self):
+        self._sums: dict[str, torch.Tensor] = {}
+        self._counts: dict[str, int] = {}
+
+    def log(self, name: str, value, *args, **kwargs) -> None:
+        value = torch.as_tensor(value).detach().float().mean()
+        self._sums[name] = self._sums[name] + value if name in self._sums else value
+        self._counts[name] = self._counts.get(name, 0) + 1
+
+    def log_dict(self, dictionary: dict, *args, **kwargs) -> None:
+        for name, value in dictionary.items():
+            self.log(name, value)
+
+    def pop_means(self) -> dict[str, float]:
+        means = {name: float(total) / self._counts[name] for name, total in self._sums.items()}
+        self._sums, self._counts = {}, {}
+        return means
+
+
+@contextmanager
+def logging_into(net, sink: LoggedValues):
+    """Routes the user's module's ``self.log`` calls into ``sink`` (instance attributes shadow the methods)."""
+    if not is_lightning(net):
+        yield
+        return
+    net.log, net.log_dict = sink.log, sink.log_dict
+    try:
+        yield
+    finally:
+        del net.log, net.log_dict
+
+
+def network_optimizer(net, params: list[torch.Tensor]) -> torch.optim.Optimizer:
+    """The optimizer the user's ``configure_optimizers`` returns, rebuilt over ``params``."""
+    configured = net.configure_optimizers()
+    if isinstance(configured, dict):
+        configured = configured.get("optimizer")
+    while isinstance(configured, (list, tuple)) and configured:
+        configured = configured[0]
+    if not isinstance(configured, torch.optim.Optimizer) or len(configured.param_groups) != 1:
+        raise ConfigError("model.local_optimizer", f"{type(net).__name__}.configure_optimizers() must return one "
+                          "optimizer with one parameter group to train clients with it; or use local_optimizer: sgd")
+    settings = {key: value for key, value in configured.param_groups[0].items() if key != "params"}
+    return type(configured)(params, **settings)

@@ -1,0 +1,90 @@
+"""A user's own LightningModule, as written for centralised training, federated: its self.log
+calls, validation_step, hyper-parameters and configure_optimizers all reach the run."""
+import csv
+
+import pytest
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+import yaml
+from pytorch_lightning.loggers import CSVLogger
+from torch import nn
+
+from fl_lightning import FederatedDataModule, FederatedModule
+from fl_lightning.callbacks import Proximal
+from fl_lightning.errors import FLUserError
+from tests.conftest import make_trainer
+
+
+class LoggingClassifier(pl.LightningModule):
+    def __init__(self, hidden: int = 24, lr: float = 0.02):
+        super().__init__()
+        self.save_hyperparameters()
+        self.body = nn.Sequential(nn.Flatten(), nn.Linear(64, hidden), nn.Tanh(), nn.Linear(hidden, 10))
+
+    def forward(self, x):
+        return self.body(x)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.cross_entropy(self(x), y)
+        self.log("mine/loss", loss)
+        self.log_dict({"mine/batch": float(len(y))})
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("mine/val_error", (self(x).argmax(1) != y).float().mean())
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, betas=(0.8, 0.9))
+
+
+def fit(rounds=3, **hparams):
+    torch.manual_seed(0)
+    module = FederatedModule(LoggingClassifier(), algorithm="fedavg", clients_per_round=3, batch_size=16, **hparams)
+    logger = CSVLogger("runs", name="own")
+    trainer = make_trainer(rounds, logger=logger)
+    trainer.fit(module, FederatedDataModule("digits", num_clients=6))
+    with open(f"{logger.log_dir}/metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    with open(f"{logger.log_dir}/hparams.yaml") as f:
+        return module, rows, yaml.safe_load(f)
+
+
+def test_own_logs_validation_and_hparams_reach_the_run():
+    with pytest.warns(UserWarning, match=r"LoggingClassifier.configure_optimizers\(\) is not used"):
+        module, rows, hparams = fit()
+    assert [r["round"] for r in rows] == ["1.0", "2.0", "3.0"]  # once per round
+    for row in rows:
+        # the mean over the round's local steps, as train/loss (the same losses)
+        assert float(row["mine/loss"]) == pytest.approx(float(row["train/loss"]), rel=1e-6)
+        assert 1.0 <= float(row["mine/batch"]) <= 16.0
+        # the network's validation_step ran on the global model: its error is 1 − fl-lightning's val/acc
+        assert float(row["mine/val_error"]) == pytest.approx(1 - float(row["val/acc"]), abs=0.02)
+    assert hparams["network/hidden"] == 24 and hparams["algorithm"] == "fedavg"
+    assert isinstance(module.loop.optimizer, torch.optim.SGD)
+    # after the run the module's own self.log is its own again
+    assert "log" not in vars(module.net) and "log_dict" not in vars(module.net)
+
+
+def test_own_configure_optimizers_as_local_optimizer():
+    module, rows, _ = fit(rounds=2, local_optimizer="network", lr_decay=0.5)
+    optimizer = module.loop.optimizer
+    assert type(optimizer) is torch.optim.Adam and optimizer.param_groups[0]["betas"] == (0.8, 0.9)
+    (params,) = optimizer.param_groups[0]["params"]
+    assert params.shape == (module.flat.num_params,)  # the flat parameters (rebound after fit)
+    assert [float(r["lr"]) for r in rows] == [0.02, 0.01]  # the network's lr, decayed per round
+
+
+def test_local_optimizer_network_needs_a_lightning_module():
+    with pytest.raises(FLUserError, match="model.local_optimizer"):
+        FederatedModule(nn.Linear(64, 10), local_optimizer="network")
+
+
+def test_fl_callback_on_a_plain_trainer_says_so():
+    trainer = pl.Trainer(max_epochs=1, callbacks=[Proximal(0.1)], logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 64), torch.zeros(8).long()))
+    with pytest.raises(FLUserError, match=r"^Proximal acts only inside federated rounds.*LoggingClassifier"):
+        trainer.fit(LoggingClassifier(), data)
