@@ -10,13 +10,14 @@ from __future__ import annotations
 import csv
 import os
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import pytorch_lightning as pl
 import torch
 
 from fl_lightning.data.datasets import DATASETS, check_dataset, check_name
+from fl_lightning.data.own import load_by_class_path, split_from_datasets
 from fl_lightning.data.split import DataOptions, DataSplit
 from fl_lightning.data.partition import class_histogram, dirichlet_partition, iid_partition
 from fl_lightning.errors import ConfigError
@@ -74,8 +75,11 @@ class TensorBatches:
 class FederatedDataModule(pl.LightningDataModule):
     """Args:
         dataset: ``digits`` (embedded), ``mnist``, ``emnist``, ``cifar10``, ``cifar100`` (torchvision),
-            ``tinyimagenet``, ``imagefolder`` (root/{train,test}/<class>/…) or ``synthetic``
-            (FedProx Synthetic(α,β)).
+            ``tinyimagenet``, ``imagefolder`` (root/{train,test}/<class>/…), ``synthetic``
+            (FedProx Synthetic(α,β)), or the class path of any torchvision-style classification data
+            set (e.g. ``torchvision.datasets.KMNIST``; made with train=True/False or split=train/test).
+        dataset_args: extra init args for a data set given by class path (root/download come from
+            data.root/data.download).
         num_clients: M, the number of clients.
         partition: ``dirichlet`` (label skew) or ``iid``. Synthetic data is split by its generator.
         dirichlet_rho: ρ > 0, Dirichlet concentration (paper: 0.6 and 0.1; smaller = more skew).
@@ -95,7 +99,7 @@ class FederatedDataModule(pl.LightningDataModule):
                  download: bool = False, synthetic_alpha: float = 1.0, synthetic_beta: float = 1.0,
                  image_size: Optional[int] = None, augment: bool = True,
                  cache_dir: Optional[str] = "~/.cache/fl-lightning", emnist_split: str = "byclass",
-                 eval_batch_size: int = 1000):
+                 eval_batch_size: int = 1000, dataset_args: Optional[dict] = None):
         super().__init__()
         check_name(dataset)
         if num_clients < 1:
@@ -111,6 +115,7 @@ class FederatedDataModule(pl.LightningDataModule):
         self.partition = partition
         self.dirichlet_rho = dirichlet_rho
         self.eval_batch_size = eval_batch_size
+        self.dataset_args = dict(dataset_args or {})
         cache_dir = os.path.expanduser(cache_dir) if cache_dir else None
         self.options = DataOptions(root, download, num_clients, samples_per_client, synthetic_alpha, synthetic_beta,
                                    image_size, augment, cache_dir, emnist_split)
@@ -130,6 +135,27 @@ class FederatedDataModule(pl.LightningDataModule):
             datamodule._set_partition(client_indices)
         return datamodule
 
+    @classmethod
+    def from_datasets(cls, train_dataset=None, test_dataset=None, *, client_ids: Optional[Sequence[int]] = None,
+                      num_classes: Optional[int] = None, **kwargs) -> "FederatedDataModule":
+        """Federate any map-style torch Datasets (or DataLoaders over them) of (input, label) items.
+
+        Labels are read once and inputs stored as tensors (images as uint8, augmented and
+        normalised per minibatch). ``client_ids`` (one per training sample) gives a natural
+        partition (e.g. writers, users); otherwise ``partition``/``dirichlet_rho`` split the data.
+        Other keyword arguments are the constructor's (num_clients, partition, augment, ...).
+        """
+        if train_dataset is None or test_dataset is None:
+            raise ConfigError("test_dataset" if train_dataset is not None else "train_dataset",
+                              "from_datasets needs both train_dataset and test_dataset (the global test set)")
+        if client_ids is not None:
+            kwargs["num_clients"] = len(set(np.asarray(client_ids).tolist()))
+        datamodule = cls(**kwargs)
+        split = split_from_datasets(train_dataset, test_dataset, datamodule.options, num_classes, client_ids)
+        datamodule.dataset = type(getattr(train_dataset, "dataset", train_dataset)).__name__
+        datamodule.split = split
+        return datamodule
+
     # -- Lightning hooks --------------------------------------------------------------
     def check(self) -> None:
         """Fail fast if the data set is missing (called by the CLI before a run directory exists)."""
@@ -141,7 +167,9 @@ class FederatedDataModule(pl.LightningDataModule):
 
     def setup(self, stage: Optional[str] = None) -> None:
         if self.split is None:
-            self.split = DATASETS[self.dataset](self.options)
+            loader = DATASETS.get(self.dataset)
+            self.split = loader(self.options) if loader else load_by_class_path(self.dataset, self.options,
+                                                                                self.dataset_args)
         if self.client_indices is None:
             self._set_partition(self._make_partition())
 

@@ -105,8 +105,14 @@ CHECKS: dict[str, Callable[[DataOptions], None]] = {"mnist": check_mnist, "image
 
 
 def check_name(name: str) -> None:
-    if name not in DATASETS:
-        raise ConfigError("data.dataset", f"unknown data set {name!r}; choose one of {', '.join(sorted(DATASETS))}")
+    """A built-in name, or the class path of a torchvision-style data set (imported to check it)."""
+    if "." in name:
+        from fl_lightning.data.own import dataset_class
+
+        dataset_class(name)
+    elif name not in DATASETS:
+        raise ConfigError("data.dataset", f"unknown data set {name!r}; choose one of {', '.join(sorted(DATASETS))}, "
+                          "or give a class path such as torchvision.datasets.KMNIST")
 
 
 def check_dataset(name: str, opts: DataOptions) -> None:
