@@ -66,11 +66,11 @@ class FederatedCLI(LightningCLI):
 
     def after_fit(self) -> None:
         metrics = self.trainer.callback_metrics
-        acc = metrics.get("val/acc")
         upload = self.model.loop.comm.upload_d if self.model.loop else 0.0
-        acc_text = f"{float(acc):.4f}" if acc is not None else "n/a"
-        print(f"fl-lightning: {self.trainer.current_epoch} rounds, final val/acc {acc_text}, "
-              f"comm/upload_d {upload:.2f}, run dir {os.path.abspath(self.trainer.log_dir or '.')}")
+        accuracy = {key: f"{float(metrics[key]):.4f}" if key in metrics else "n/a" for key in ("val/acc", "test/acc")}
+        print(f"fl-lightning: {self.trainer.current_epoch} rounds, final val/acc {accuracy['val/acc']}, "
+              f"test/acc {accuracy['test/acc']}, comm/upload_d {upload:.2f}, "
+              f"run dir {os.path.abspath(self.trainer.log_dir or '.')}")
 
 
 def print_blocks(args: list[str]) -> None:

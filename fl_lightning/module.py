@@ -55,6 +55,7 @@ class FederatedModule(pl.LightningModule):
         weighted_aggregation: weight client updates Δ by sample count instead of a plain mean.
         max_upload_d: stop once ``comm/upload_d`` reaches this budget (paper: 1000).
         target_accuracy: log ``comm/upload_d_at_target`` when val/acc first reaches it.
+        test_every_n_rounds: also log test/* (the test set) every n rounds; it is always logged after the last.
         num_blocks: N, parameter blocks (FedBCGD); default: the paper's division, else 5.
         block_division: ``auto`` (paper preset if the model has one, else balanced), ``balanced``,
             or ``{{blocks: [[module patterns]], shared: [patterns]}}`` (see ``fl_lightning.blocks``).
@@ -78,12 +79,14 @@ class FederatedModule(pl.LightningModule):
                  server_momentum: Optional[float] = None, server_optimizer: Optional[OptimizerCallable] = None,
                  weighted_aggregation: bool = False,
                  max_upload_d: Optional[float] = None, target_accuracy: Optional[float] = None,
-                 num_blocks: Optional[int] = None, block_division: Union[str, dict] = "auto",
+                 test_every_n_rounds: Optional[int] = None, num_blocks: Optional[int] = None, block_division: Union[str, dict] = "auto",
                  shared_block: bool = True, control_variate: Optional[str] = None, control_keep: Optional[str] = None,
                  shared_control_coefficient: str = "mean", control_rule: str = "spec",
                  variance_reduction: Optional[bool] = None, grad_clip: Optional[float] = None,
                  fedprox_mu: float = 0.01, feddc_alpha: float = 0.01, eval_train_objective: bool = False):
         super().__init__()
+        if test_every_n_rounds is not None and test_every_n_rounds < 1:
+            raise ConfigError("model.test_every_n_rounds", f"must be ≥ 1, got {test_every_n_rounds}")
         if clients_per_round < 1:
             raise ConfigError("model.clients_per_round", f"must be ≥ 1, got {clients_per_round}")
         if local_epochs < 1:
@@ -235,6 +238,10 @@ class FederatedModule(pl.LightningModule):
         """One logger row per round: progress, communication, and the round's validation."""
         row = {**self._train_logs.pop_means(), "round": float(self.current_epoch + 1), "train/loss": self._train_loss,
                "lr": self._lr, **self.loop.comm.metrics(), **self._val_metrics}
+        rounds, every, max_rounds = self.current_epoch + 1, self.hparams.test_every_n_rounds, self.trainer.max_epochs
+        last = self.trainer.should_stop or (max_rounds is not None and 0 <= max_rounds <= rounds)
+        if last or (every and rounds % every == 0):
+            row.update(self._test_metrics())
         if "val/acc" in self._val_metrics:
             target = self.hparams.target_accuracy
             if target is not None and self.upload_d_at_target is None and self._val_metrics["val/acc"] >= target:
@@ -266,6 +273,22 @@ class FederatedModule(pl.LightningModule):
         if fitting and not self.trainer.sanity_checking:
             self._val_metrics = metrics
         self.log_dict(metrics, prog_bar=True, logger=not fitting)
+
+    @torch.no_grad()
+    def _test_metrics(self) -> dict[str, float]:
+        """test/acc and test/loss of the global model on the test set (the number papers report)."""
+        datamodule, was_training = self.trainer.datamodule, self.net.training
+        self.net.eval()
+        loss, correct, count = 0.0, 0.0, 0
+        for x, y in datamodule.test_dataloader():
+            x, y = x.to(self.device), y.to(self.device)
+            with self.trainer.precision_plugin.forward_context():
+                logits = self.net(datamodule.eval_transform(x)).float()
+            loss += float(F.cross_entropy(logits, y, reduction="sum"))
+            correct += float((logits.argmax(-1) == y).sum())
+            count += len(y)
+        self.net.train(was_training)
+        return {"test/acc": correct / count, "test/loss": loss / count}
 
     @torch.no_grad()
     def _train_objective(self) -> float:

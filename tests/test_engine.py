@@ -16,7 +16,7 @@ def digits_run(rounds, name, algorithm="fedavgm", ckpt_path=None, callbacks=(), 
     torch.manual_seed(0)
     settings = dict(clients_per_round=4, local_epochs=1, batch_size=16, lr=0.1, server_momentum=0.5)
     module = FederatedModule(MLP(64, 10, hidden=[32]), algorithm=algorithm, **{**settings, **hparams})
-    data = FederatedDataModule("digits", num_clients=8, dirichlet_rho=0.5)
+    data = FederatedDataModule("digits", num_clients=8, dirichlet_rho=0.5, val_fraction=0.0)
     logger = CSVLogger("runs", name=name)
     checkpointing = any(isinstance(cb, ModelCheckpoint) for cb in callbacks)
     trainer = make_trainer(rounds, logger=logger, callbacks=list(callbacks), enable_checkpointing=checkpointing,
@@ -84,7 +84,7 @@ def test_bf16_mixed_local_training_keeps_fp32_state():
     torch.manual_seed(0)
     module = FederatedModule(MLP(64, 10, hidden=[32]), algorithm="fedbcgd_plus", clients_per_round=4, batch_size=16,
                              lr=0.1, num_blocks=2, block_division="balanced")
-    data = FederatedDataModule("digits", num_clients=8)
+    data = FederatedDataModule("digits", num_clients=8, val_fraction=0.0)
     trainer = make_trainer(3, precision="bf16-mixed")
     seen = []
     original = module.local_loss
@@ -112,3 +112,11 @@ def test_lightning_callbacks_work_per_round():
     lr_rows = [r for r in rows if r.get("lr-SGD")]
     assert [float(r["lr-SGD"]) for r in lr_rows] == pytest.approx([0.1, 0.1 * 0.998])
     assert [r["val/acc"] != "" for r in rows if r.get("round")] == [False, True]
+
+
+def test_test_set_logged_after_the_last_round_and_on_request():
+    _, _, rows = digits_run(4, "test_rows", test_every_n_rounds=3)
+    assert [bool(r["test/acc"]) for r in rows] == [False, False, True, True]
+    _, _, budget_rows = digits_run(10, "test_budget", max_upload_d=2.0)  # the budget ends the run at round 2
+    assert [bool(r["test/acc"]) for r in budget_rows] == [False, True]
+    assert 0.0 < float(budget_rows[-1]["test/acc"]) <= 1.0

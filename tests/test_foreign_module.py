@@ -47,7 +47,7 @@ def test_foreign_lightning_module_trains_federated():
     foreign = DigitsClassifier()
     module = FederatedModule(foreign, algorithm="fedavg", clients_per_round=5, batch_size=20, lr=0.2,
                              local_epochs=2)
-    data = FederatedDataModule("digits", num_clients=10, dirichlet_rho=1.0)
+    data = FederatedDataModule("digits", num_clients=10, dirichlet_rho=1.0, val_fraction=0.0)
     counter = CountClients()
     trainer = make_trainer(8, callbacks=[Proximal(0.01), counter])
     trainer.fit(module, data)

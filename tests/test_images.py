@@ -20,7 +20,8 @@ def make_folder(root, per_class=6):
 
 def test_image_folder_is_decoded_once_then_cached(tmp_path, monkeypatch):
     make_folder(tmp_path / "pets")
-    kwargs = dict(num_clients=3, partition="iid", root=str(tmp_path / "pets"), cache_dir=str(tmp_path / "cache"))
+    kwargs = dict(num_clients=3, partition="iid", root=str(tmp_path / "pets"), cache_dir=str(tmp_path / "cache"),
+                  val_fraction=0.0)
     dm = FederatedDataModule("imagefolder", **kwargs)
     dm.setup()
     assert dm.split.train_x.shape == (18, 3, 8, 8) and dm.split.train_x.dtype == torch.uint8

@@ -45,7 +45,8 @@ class DigitVectors(torch.utils.data.Dataset):
 
 def test_pil_dataset_stored_as_uint8_images_and_trains():
     train, test = DigitImages(range(0, 1500)), DigitImages(range(1500, 1797))
-    data = FederatedDataModule.from_datasets(train_dataset=train, test_dataset=test, num_clients=6, augment=False)
+    data = FederatedDataModule.from_datasets(train_dataset=train, test_dataset=test, num_clients=6, augment=False,
+                                             val_fraction=0.0)
     data.setup()
     assert data.split.train_x.dtype == torch.uint8 and data.split.train_x.shape == (1500, 1, 8, 8)
     assert torch.equal(data.split.train_y, torch.tensor(DIGITS.target[:1500]))  # labels read once, in order
@@ -60,7 +61,7 @@ def test_dataloader_and_natural_client_ids():
     ids = [row % 7 for row in range(1500)]  # e.g. the writer of each sample
     loader = torch.utils.data.DataLoader(DigitVectors(range(1500)), batch_size=32)
     data = FederatedDataModule.from_datasets(train_dataset=loader, test_dataset=DigitVectors(range(1500, 1797)),
-                                             client_ids=ids)
+                                             client_ids=ids, val_fraction=0.0)
     data.setup()
     assert data.num_clients == 7 and data.split.train_x.dtype == torch.float32
     for client in range(7):

@@ -45,7 +45,7 @@ def test_partition_is_seed_stable():
 def test_datamodule_partition_follows_run_seed(monkeypatch):
     def parts(seed):
         monkeypatch.setenv("PL_GLOBAL_SEED", str(seed))
-        dm = FederatedDataModule("digits", num_clients=10, dirichlet_rho=0.5)
+        dm = FederatedDataModule("digits", num_clients=10, dirichlet_rho=0.5, val_fraction=0.0)
         dm.setup()
         return dm.client_indices, dm.histogram()
 

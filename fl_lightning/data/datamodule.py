@@ -92,6 +92,9 @@ class FederatedDataModule(pl.LightningDataModule):
         cache_dir: where decoded image folders are cached as uint8 tensors (None: no cache).
         emnist_split: ``byclass`` (62 classes) or ``balanced`` (47).
         eval_batch_size: batch size of the global test set.
+        val_fraction: share of the training data held out (seeded, before the partition) for
+            validation (val/*); 0 validates on the test set, the paper's protocol (every experiment
+            config sets it). test/* is always the test set (logged at the end of fit).
     """
 
     def __init__(self, dataset: str = "digits", num_clients: int = 20, partition: str = "dirichlet",
@@ -99,7 +102,7 @@ class FederatedDataModule(pl.LightningDataModule):
                  download: bool = False, synthetic_alpha: float = 1.0, synthetic_beta: float = 1.0,
                  image_size: Optional[int] = None, augment: bool = True,
                  cache_dir: Optional[str] = "~/.cache/fl-lightning", emnist_split: str = "byclass",
-                 eval_batch_size: int = 1000, dataset_args: Optional[dict] = None):
+                 eval_batch_size: int = 1000, dataset_args: Optional[dict] = None, val_fraction: float = 0.1):
         super().__init__()
         check_name(dataset)
         if num_clients < 1:
@@ -116,6 +119,9 @@ class FederatedDataModule(pl.LightningDataModule):
         self.dirichlet_rho = dirichlet_rho
         self.eval_batch_size = eval_batch_size
         self.dataset_args = dict(dataset_args or {})
+        if not 0.0 <= val_fraction < 1.0:
+            raise ConfigError("data.val_fraction", f"must be in [0, 1), got {val_fraction}; 0 validates on the test set")
+        self.val_fraction = val_fraction
         cache_dir = os.path.expanduser(cache_dir) if cache_dir else None
         self.options = DataOptions(root, download, num_clients, samples_per_client, synthetic_alpha, synthetic_beta,
                                    image_size, augment, cache_dir, emnist_split)
@@ -126,12 +132,14 @@ class FederatedDataModule(pl.LightningDataModule):
     @classmethod
     def from_tensors(cls, split: DataSplit, client_indices: Optional[list[torch.Tensor]] = None,
                      **kwargs) -> "FederatedDataModule":
-        """Federate tensors you already have; ``client_indices`` fixes the partition (else ``partition``)."""
+        """Federate tensors you already have; ``client_indices`` fixes the partition (else ``partition``);
+        with fixed indices no validation set is held out (val/* is then the test set)."""
         num_clients = len(client_indices) if client_indices is not None else kwargs.pop("num_clients", 20)
         datamodule = cls(num_clients=num_clients, **kwargs)
         datamodule.dataset = "tensors"
         datamodule.split = split
-        if client_indices is not None:
+        if client_indices is not None:  # they address the given training tensors: nothing is held out
+            datamodule.val_fraction = 0.0
             datamodule._set_partition(client_indices)
         return datamodule
 
@@ -171,6 +179,8 @@ class FederatedDataModule(pl.LightningDataModule):
             self.split = loader(self.options) if loader else load_by_class_path(self.dataset, self.options,
                                                                                 self.dataset_args)
         if self.client_indices is None:
+            if self.val_fraction > 0:
+                self.split.hold_out(self.val_fraction, np.random.default_rng([run_seed(), 0x7A1]))
             self._set_partition(self._make_partition())
 
     def train_dataloader(self):
@@ -178,10 +188,14 @@ class FederatedDataModule(pl.LightningDataModule):
         return TensorBatches(torch.zeros(1), batch_size=1)
 
     def val_dataloader(self):
-        return self._eval_batches()
+        self.setup()
+        if self.split.val_x is not None:
+            return TensorBatches(self.split.val_x, self.split.val_y, batch_size=self.eval_batch_size)
+        return self.test_dataloader()
 
     def test_dataloader(self):
-        return self._eval_batches()
+        self.setup()
+        return TensorBatches(self.split.test_x, self.split.test_y, batch_size=self.eval_batch_size)
 
     def state_dict(self) -> dict:
         return {"client_indices": self.client_indices}
@@ -229,7 +243,3 @@ class FederatedDataModule(pl.LightningDataModule):
     def eval_transform(self, x: torch.Tensor) -> torch.Tensor:
         transform = self.split.eval_transform if self.split is not None else None
         return transform(x) if transform is not None else x
-
-    def _eval_batches(self) -> TensorBatches:
-        self.setup()
-        return TensorBatches(self.split.test_x, self.split.test_y, batch_size=self.eval_batch_size)

@@ -19,6 +19,21 @@ class DataSplit:
     # Batched, on-device transforms of stored samples (images are stored as uint8).
     train_transform: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
     eval_transform: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
+    # Held out of the training data for validation (data.val_fraction); None: validate on the test set.
+    val_x: Optional[torch.Tensor] = None
+    val_y: Optional[torch.Tensor] = None
+
+    def hold_out(self, fraction: float, rng) -> None:
+        """Moves a random ``fraction`` of the training samples into the validation set."""
+        count = int(round(fraction * len(self.train_y)))
+        if count == 0 or self.val_x is not None:
+            return
+        order = torch.as_tensor(rng.permutation(len(self.train_y)))
+        val, train = order[:count].sort().values, order[count:].sort().values
+        self.val_x, self.val_y = self.train_x[val], self.train_y[val]
+        self.train_x, self.train_y = self.train_x[train], self.train_y[train]
+        if self.natural_clients is not None:
+            self.natural_clients = self.natural_clients[train]
 
 
 @dataclass
