@@ -11,12 +11,14 @@ from typing import Optional
 
 import torch
 from jsonargparse import ArgumentError
+from pytorch_lightning.callbacks import ProgressBar
 from pytorch_lightning.cli import LightningCLI
 
 from fl_lightning.blocks import build_partition
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.errors import ConfigError, FLUserError
 from fl_lightning.module import FederatedModule
+from fl_lightning.progress import RoundProgressBar
 
 TRAINER_DEFAULTS = {
     "max_epochs": 30,  # = communication rounds
@@ -44,6 +46,16 @@ class FederatedCLI(LightningCLI):
                          seed_everything_default=0, save_config_kwargs={"overwrite": True},
                          auto_configure_optimizers=False, parser_kwargs={"exit_on_error": False},
                          args=args, run=run)
+
+    def instantiate_trainer(self, **kwargs):
+        """Adds the round progress bar (fl_lightning.progress) unless the config disables bars or brings one."""
+        config = self.config_init[self.subcommand] if self.subcommand else self.config_init
+        trainer = config.get("trainer") or {}
+        callbacks = trainer.get("callbacks") or []
+        callbacks = callbacks if isinstance(callbacks, list) else [callbacks]
+        if trainer.get("enable_progress_bar") is not False and not any(isinstance(cb, ProgressBar) for cb in callbacks):
+            kwargs["callbacks"] = [*callbacks, RoundProgressBar()]
+        return super().instantiate_trainer(**kwargs)
 
     def _parse_ckpt_path(self) -> None:
         # LightningCLI reads the checkpoint's hyper-parameters while parsing: check it is readable first.

@@ -25,6 +25,7 @@ from fl_lightning.errors import ConfigError, DivergenceError
 from fl_lightning.flat import FlatModel
 from fl_lightning.foreign import LoggedValues, is_lightning, logging_into, network_optimizer, overrides
 from fl_lightning.loop import FederatedLoop, LocalConfig
+from fl_lightning.plot import save_curve
 
 
 def _positive(field: str, value: float) -> None:
@@ -117,6 +118,7 @@ class FederatedModule(pl.LightningModule):
         self._val_sums: list[torch.Tensor] = []
         self._val_metrics: dict[str, float] = {}
         self._train_logs, self._eval_logs = LoggedValues(), LoggedValues()  # the network's own self.log calls
+        self._curve: dict[str, list] = {"val": [], "test": []}  # (comm/upload_d, accuracy) for the run's PNG
 
     # -- wiring ---------------------------------------------------------------------------
     def _apply(self, fn, *args, **kwargs):
@@ -191,15 +193,32 @@ class FederatedModule(pl.LightningModule):
             if isinstance(logger, pl.loggers.WandbLogger):
                 experiment = logger.experiment
                 experiment.define_metric("comm/upload_d")
-                for key in ("round", "lr", "train/*", "val/*", "comm/upload_bytes", "comm/download_bytes",
+                for key in ("round", "lr", "train/*", "val/*", "test/*", "comm/upload_bytes", "comm/download_bytes",
                             "comm/upload_d_at_target"):
                     experiment.define_metric(key, step_metric="comm/upload_d")
-                run_dir = experiment.dir  # the run's files/, synced with the run
-            else:
-                run_dir = logger.log_dir
+        for run_dir in self._run_dirs():
+            datamodule.save_partition(os.path.join(run_dir, "partition.csv"))
+
+    def _run_dirs(self) -> list[str]:
+        """Where each logger keeps this run's files (W&B: the run's files/, synced with it)."""
+        dirs = []
+        for logger in self.trainer.loggers:
+            run_dir = logger.experiment.dir if isinstance(logger, pl.loggers.WandbLogger) else logger.log_dir
             if run_dir:
                 os.makedirs(run_dir, exist_ok=True)
-                datamodule.save_partition(os.path.join(run_dir, "partition.csv"))
+                dirs.append(run_dir)
+        return dirs
+
+    def on_train_end(self):
+        """Every fit leaves accuracy_vs_upload_d.png in its run directory."""
+        if not self.trainer.is_global_zero:
+            return
+        datamodule = self.trainer.datamodule
+        title = f"{self.hparams.algorithm}, {datamodule.dataset}, {self.current_epoch} rounds"
+        val_is_test = datamodule.split.val_x is None
+        for run_dir in self._run_dirs():
+            save_curve(os.path.join(run_dir, "accuracy_vs_upload_d.png"), self._curve["val"], self._curve["test"],
+                       title, val_is_test)
 
     def on_train_start(self):
         fl_callbacks = [cb for cb in self.trainer.callbacks if isinstance(cb, FLCallback)]
@@ -242,6 +261,9 @@ class FederatedModule(pl.LightningModule):
         last = self.trainer.should_stop or (max_rounds is not None and 0 <= max_rounds <= rounds)
         if last or (every and rounds % every == 0):
             row.update(self._test_metrics())
+        for key in ("val", "test"):
+            if f"{key}/acc" in row:
+                self._curve[key].append((self.loop.comm.upload_d, row[f"{key}/acc"]))
         if "val/acc" in self._val_metrics:
             target = self.hparams.target_accuracy
             if target is not None and self.upload_d_at_target is None and self._val_metrics["val/acc"] >= target:
@@ -320,12 +342,14 @@ class FederatedModule(pl.LightningModule):
     # are derived from (seed, round, client), the partition is in the datamodule's state.
     def on_save_checkpoint(self, checkpoint):
         checkpoint["federated"] = {"comm": self.loop.comm.state_dict() if self.loop else None,
-                                   "upload_d_at_target": self.upload_d_at_target}
+                                   "upload_d_at_target": self.upload_d_at_target, "curve": self._curve}
 
     def on_load_checkpoint(self, checkpoint):
         state = checkpoint.get("federated")
         if state is not None and state["comm"] is not None:
             self._restored = state
+            curve = state.get("curve", {})
+            self._curve = {key: [tuple(point) for point in curve.get(key, [])] for key in ("val", "test")}
 
 
 FederatedModule.__doc__ = FederatedModule.__doc__.format(algorithms=algorithm_help())
