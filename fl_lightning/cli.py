@@ -10,6 +10,7 @@ import sys
 from typing import Optional
 
 import torch
+import yaml
 from jsonargparse import ArgumentError
 from pytorch_lightning.callbacks import ProgressBar
 from pytorch_lightning.cli import LightningCLI
@@ -29,15 +30,50 @@ TRAINER_DEFAULTS = {
 CKPT_ALIASES = {"last", "best", "hpc", "registry"}
 
 
-def check_checkpoint(path: Optional[str]) -> None:
+def check_checkpoint(path: Optional[str]) -> Optional[dict]:
+    """The checkpoint at ``path`` (tensors memory-mapped), or one line saying it is not one."""
     if path is None or path in CKPT_ALIASES:
-        return
-    try:
-        torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as err:  # any failure to read is the user's file, not our bug
-        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ConfigError("ckpt_path", f"cannot read checkpoint {path!r} ({reason}); pass a .ckpt file written by "
-                          "fl-lightning fit") from None
+        return None
+    if os.path.isfile(path) and os.path.getsize(path) == 0:
+        reason = "the file is empty"
+    else:
+        try:
+            checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            if isinstance(checkpoint, dict) and "state_dict" in checkpoint:
+                return checkpoint
+            reason = "no state_dict in it"
+        except Exception as err:  # any failure to read is the user's file, not our bug
+            reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+    raise ConfigError("ckpt_path", f"{path!r} is not a readable checkpoint ({reason}); pass a .ckpt file written "
+                      "by fl-lightning fit")
+
+
+def check_same_network(checkpoint: dict, model: FederatedModule) -> None:
+    """A checkpoint resumes only into the network that wrote it: same tensor names and shapes."""
+    saved = {name: tuple(t.shape) for name, t in checkpoint["state_dict"].items()}
+    current = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    for name in sorted(set(saved) | set(current)):
+        if saved.get(name) != current.get(name):
+            raise ConfigError("ckpt_path", f"was written by a different network ({name}: "
+                              f"{saved.get(name, 'absent')} in the checkpoint, {current.get(name, 'absent')} now); "
+                              "resume with the model.network it was trained with")
+
+
+def check_config_files(command: list[str]) -> None:
+    """Every --config file exists and is valid YAML (the error names the file, line and column)."""
+    paths = [command[i + 1] for i, arg in enumerate(command[:-1]) if arg == "--config"]
+    paths += [arg.split("=", 1)[1] for arg in command if arg.startswith("--config=")]
+    for path in paths:
+        if not os.path.isfile(path):
+            raise ConfigError("--config", f"{path}: no such file")
+        with open(path) as f:
+            try:
+                yaml.safe_load(f)
+            except yaml.YAMLError as err:
+                mark = getattr(err, "problem_mark", None)
+                where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+                raise ConfigError("--config", f"{path}{where}: YAML syntax error ({getattr(err, 'problem', err)})"
+                                  ) from None
 
 
 class FederatedCLI(LightningCLI):
@@ -60,12 +96,14 @@ class FederatedCLI(LightningCLI):
     def _parse_ckpt_path(self) -> None:
         # LightningCLI reads the checkpoint's hyper-parameters while parsing: check it is readable first.
         if self.config.get("subcommand"):
-            check_checkpoint(self.config[self.config.subcommand].get("ckpt_path"))
+            self.checkpoint = check_checkpoint(self.config[self.config.subcommand].get("ckpt_path"))
         super()._parse_ckpt_path()
 
-    def _check(self) -> None:  # the checkpoint was already checked in _parse_ckpt_path
+    def _check(self) -> None:  # the checkpoint was already read in _parse_ckpt_path
         self.datamodule.check()
         self.model.check_compatible(self.datamodule)
+        if getattr(self, "checkpoint", None) is not None:
+            check_same_network(self.checkpoint, self.model)
 
     def before_fit(self) -> None:
         self._check()
@@ -98,6 +136,7 @@ def print_blocks(args: list[str]) -> None:
 def main(args=None) -> int:
     command = sys.argv[1:] if args is None else list(args)
     try:
+        check_config_files(command)
         if command[:1] == ["blocks"]:
             print_blocks(command[1:])
             return 0

@@ -163,6 +163,9 @@ class FederatedModule(pl.LightningModule):
         s, m = self.hparams.clients_per_round, datamodule.num_clients
         if s > m:
             raise ConfigError("model.clients_per_round", f"S={s} exceeds data.num_clients M={m}; choose S ≤ M")
+        if self.hparams.algorithm in BLOCK_ALGORITHMS and s < self.blocks.num_blocks:
+            raise ConfigError("model.clients_per_round", f"S={s} < N={self.blocks.num_blocks} blocks: every block "
+                              "needs a client each round; raise S or lower model.num_blocks")
         x = datamodule.eval_transform(datamodule.split.test_x[:2].to(self.flat.device))
         was_training = self.net.training
         try:

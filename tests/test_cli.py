@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from fl_lightning.cli import main
 
@@ -59,8 +60,14 @@ BAD_INPUTS = [
     (["--model.lr", "0"], "model.lr", "must be > 0"),
     (["--model.lr", "-0.1"], "model.lr", "must be > 0"),
     (["--data.dataset", "mnist", "--data.root", "nowhere"], "data.root", "set data.download=true"),
-    (["--ckpt_path", "missing.ckpt"], "ckpt_path", "cannot read checkpoint"),
-    (["--ckpt_path", "garbage.ckpt"], "ckpt_path", "cannot read checkpoint"),
+    (["--ckpt_path", "missing.ckpt"], "ckpt_path", "'missing.ckpt' is not a readable checkpoint"),
+    (["--ckpt_path", "garbage.ckpt"], "ckpt_path", "'garbage.ckpt' is not a readable checkpoint"),
+    (["--ckpt_path", "empty.ckpt"], "ckpt_path", "'empty.ckpt' is not a readable checkpoint (the file is empty)"),
+    (["--ckpt_path", "truncated.ckpt"], "ckpt_path", "'truncated.ckpt' is not a readable checkpoint"),
+    (["--config", "broken.yaml"], "--config", "broken.yaml, line 3, column 1: YAML syntax error"),
+    (["--config", "absent.yaml"], "--config", "absent.yaml: no such file"),
+    (["--model.algorithm", "fedbcgd", "--model.num_blocks", "3", "--model.block_division", "balanced",
+      "--model.clients_per_round", "2"], "model.clients_per_round", "S=2 < N=3 blocks"),
     (["--model.bogus", "1"], "unrecognized arguments", "--model.bogus"),
 ]
 
@@ -68,12 +75,29 @@ BAD_INPUTS = [
 @pytest.mark.parametrize("args,field,fix", BAD_INPUTS, ids=[" ".join(a) for a, _, _ in BAD_INPUTS])
 def test_bad_input_is_one_line_and_nothing_written(args, field, fix, capsys):
     Path("garbage.ckpt").write_text("not a checkpoint")
+    Path("empty.ckpt").write_bytes(b"")
+    torch.save({"state_dict": {"w": torch.zeros(1000)}}, "whole.ckpt")
+    Path("truncated.ckpt").write_bytes(Path("whole.ckpt").read_bytes()[:900])
+    Path("broken.yaml").write_text("model:\n  algorithm: [fedavg\n")
     code = main(["fit", "--config", QUICKSTART, *args])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1 and err[0].startswith("fl-lightning: error: "), err
     assert field in err[0] and fix in err[0]
     assert not os.path.exists("runs")  # nothing half-written
+
+
+def test_resume_with_another_network_is_one_line(capsys):
+    assert main(["fit", "--config", QUICKSTART, "--trainer.max_epochs", "1", *QUIET]) == 0
+    (ckpt,) = glob.glob("runs/quickstart/version_0/checkpoints/*.ckpt")
+    capsys.readouterr()
+    code = main(["fit", "--config", QUICKSTART, "--trainer.max_epochs", "2", "--ckpt_path", ckpt,
+                 "--model.network.init_args.hidden", "[100, 200]", *QUIET])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert err[0] == ("fl-lightning: error: ckpt_path: was written by a different network (net.features.1.bias: (200,) "
+                      "in the checkpoint, (100,) now); resume with the model.network it was trained with")
+    assert not os.path.exists("runs/quickstart/version_1")
 
 
 def test_nan_stops_with_the_round(capsys):
