@@ -5,15 +5,20 @@ before any run directory is created.
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import netrc
 import os
 import sys
+from pathlib import Path
 from typing import Optional
 
 import torch
 import yaml
 from jsonargparse import ArgumentError
 from pytorch_lightning.callbacks import ProgressBar
-from pytorch_lightning.cli import LightningCLI
+from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
+from pytorch_lightning.loggers import WandbLogger
 
 from fl_lightning.blocks import build_partition
 from fl_lightning.data.datamodule import FederatedDataModule
@@ -76,12 +81,72 @@ def check_config_files(command: list[str]) -> None:
                                   ) from None
 
 
+class SaveRunConfig(SaveConfigCallback):
+    """config.yaml in each run's own directory (CSV: version_N/, W&B: the run's files/), never
+    overwritten by a later run; W&B also gets the full resolved config as the run's config."""
+
+    def save_config(self, trainer, pl_module, stage) -> None:
+        for logger in trainer.loggers:
+            wandb = isinstance(logger, WandbLogger)
+            run_dir = logger.experiment.dir if wandb else logger.log_dir
+            if run_dir:
+                os.makedirs(run_dir, exist_ok=True)
+                self.parser.save(self.config, os.path.join(run_dir, self.config_filename), skip_none=False,
+                                 overwrite=True, multifile=False)
+            if wandb:
+                logger.experiment.config.update(self.config.clone().as_dict(), allow_val_change=True)
+
+
+def run_names(config, prefix: Optional[str]) -> tuple[str, str]:
+    """(run name, group): prefix (the logger's name, else the config file's) + algorithm + seed, and
+    the same with a digest of every setting but the seed, so runs that differ only in their seed
+    share a group."""
+    files = config.get("config") or []
+    stem = prefix or (Path(str(files[-1])).stem if files else "fl")
+    settings = config.clone().as_dict()
+    for key in ("seed_everything", "config", "ckpt_path"):
+        settings.pop(key, None)
+    settings.get("trainer", {}).pop("logger", None)
+    digest = hashlib.sha1(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    algorithm = config["model"]["algorithm"]
+    return f"{stem}-{algorithm}-seed{config['seed_everything']}", f"{stem}-{algorithm}-{digest}"
+
+
+def check_wandb_credentials() -> None:
+    """W&B online needs an API key; without one, say how to log offline instead of failing inside wandb."""
+    if os.environ.get("WANDB_MODE", "").lower() in ("offline", "disabled", "dryrun") or os.environ.get("WANDB_API_KEY"):
+        return
+    try:
+        if netrc.netrc().authenticators("api.wandb.ai"):
+            return
+    except (OSError, netrc.NetrcParseError):
+        pass
+    raise ConfigError("trainer.logger", "WandbLogger has no W&B API key on this machine: run `wandb login`, or set "
+                      "WANDB_MODE=offline to write the run locally (wandb sync uploads it later)")
+
+
 class FederatedCLI(LightningCLI):
     def __init__(self, args=None, run: bool = True):
         super().__init__(FederatedModule, FederatedDataModule, trainer_defaults=TRAINER_DEFAULTS,
-                         seed_everything_default=0, save_config_kwargs={"overwrite": True},
+                         seed_everything_default=0, save_config_callback=SaveRunConfig,
+                         save_config_kwargs={"save_to_log_dir": False},
                          auto_configure_optimizers=False, parser_kwargs={"exit_on_error": False},
                          args=args, run=run)
+
+    def before_instantiate_classes(self) -> None:
+        """W&B runs are named <logger name or config file>-<algorithm>-seed<seed> and grouped by every
+        setting but the seed (unless the config sets a group)."""
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        loggers = config.get("trainer", {}).get("logger")
+        for logger in loggers if isinstance(loggers, list) else [loggers]:
+            if getattr(logger, "class_path", "").endswith("WandbLogger"):
+                check_wandb_credentials()
+                name, group = run_names(config, logger.init_args.get("name"))
+                logger.init_args["name"] = name
+                if logger.init_args.get("save_dir"):  # wandb's service process may run in another directory
+                    logger.init_args["save_dir"] = os.path.abspath(logger.init_args["save_dir"])
+                if logger.init_args.get("group") is None:
+                    logger.init_args["group"] = group
 
     def instantiate_trainer(self, **kwargs):
         """Adds the round progress bar (fl_lightning.progress) unless the config disables bars or brings one."""
@@ -121,6 +186,9 @@ class FederatedCLI(LightningCLI):
         print(f"fl-lightning: {self.trainer.current_epoch} rounds, final val/acc {accuracy['val/acc']}, "
               f"test/acc {accuracy['test/acc']}, comm/upload_d {upload:.2f}, "
               f"run dir {os.path.abspath(self.trainer.log_dir or '.')}")
+        for logger in self.trainer.loggers:
+            if isinstance(logger, WandbLogger):  # the command's run is over (a next in-process run starts afresh)
+                logger.experiment.finish()
 
 
 def print_blocks(args: list[str]) -> None:

@@ -1,5 +1,6 @@
 """W&B offline: real run files, with comm/upload_d as the x-axis of every round metric."""
 import glob
+import json
 import os
 import time
 
@@ -39,3 +40,60 @@ def test_wandb_offline_run_files():
     assert float(rows[0]["comm/upload_bytes"]) == 4 * 4 * module.flat.num_params
     partition = open(os.path.join(files_dir, "partition.csv")).read().splitlines()
     assert partition[0].startswith("client,samples,class_0") and len(partition) == 1 + 8
+
+
+def wait_for_records(run_dir):
+    records = []
+    for _ in range(80):  # wandb-core writes the file from its own process: wait until it holds the run's end
+        files = glob.glob(f"{run_dir}/run-*.wandb")
+        records = list(read_records(files[0])) if files else []
+        if any(r.WhichOneof("record_type") == "exit" for r in records):
+            return records
+        time.sleep(0.25)
+    return records
+
+
+def test_cli_wandb_run_name_group_and_full_config():
+    from pathlib import Path
+
+    from fl_lightning.cli import main
+
+    quickstart = str(Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml")
+    wandb_args = ["--trainer.logger", "pytorch_lightning.loggers.WandbLogger", "--trainer.logger.project", "t",
+                  "--trainer.logger.save_dir", "wb", "--trainer.max_epochs", "1", "--trainer.enable_progress_bar",
+                  "false"]
+    for seed in ("0", "1"):
+        assert main(["fit", "--config", quickstart, *wandb_args, "--seed_everything", seed]) == 0
+    runs = sorted(glob.glob("wb/wandb/offline-run-*"))
+    assert len(runs) == 2
+    names, groups = [], []
+    for run_dir in runs:
+        records = wait_for_records(run_dir)
+        kinds = [r.WhichOneof("record_type") for r in records]
+        assert "run" in kinds, (run_dir, os.listdir(run_dir), kinds)
+        run = next(r.run for r in records if r.WhichOneof("record_type") == "run")
+        names.append(run.display_name)
+        groups.append(run.run_group)
+        config = {item.key: item.value_json for r in records if r.WhichOneof("record_type") == "config"
+                  for item in r.config.update}
+        assert {"model", "data", "trainer", "seed_everything"} <= set(config)
+        assert json.loads(config["model"])["algorithm"] == "fedavgm" and json.loads(config["data"])["dirichlet_rho"] == 0.5
+        assert json.loads(config["seed_everything"]) == len(names) - 1
+        assert os.path.exists(f"{run_dir}/files/config.yaml") and os.path.exists(f"{run_dir}/files/partition.csv")
+    assert names == ["quickstart-fedavgm-seed0", "quickstart-fedavgm-seed1"]
+    assert groups[0] == groups[1] and groups[0].startswith("quickstart-fedavgm-")  # every setting but the seed
+
+
+def test_wandb_without_api_key_says_offline(monkeypatch, tmp_path, capsys):
+    from pathlib import Path
+
+    from fl_lightning.cli import main
+
+    monkeypatch.delenv("WANDB_MODE")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.netrc
+    quickstart = str(Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml")
+    code = main(["fit", "--config", quickstart, "--trainer.logger", "pytorch_lightning.loggers.WandbLogger"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "WANDB_MODE=offline" in err[0] and "wandb login" in err[0]
+    assert not os.path.exists("wandb") and not os.path.exists("runs")
