@@ -18,9 +18,16 @@ from pathlib import Path
 
 
 def read_run(folder: Path) -> list[dict]:
+    """One curve from all version_N/ of a run (a resumed run writes a new version): rows by round,
+    a later version's row replacing an earlier one's."""
     versions = sorted(folder.glob("version_*"), key=lambda p: int(p.name.split("_")[1]))
-    rows = list(csv.DictReader(open(versions[-1] / "metrics.csv")))
-    return [{k: float(v) for k, v in row.items() if v != ""} for row in rows]
+    by_round = {}
+    for version in versions:
+        for row in csv.DictReader(open(version / "metrics.csv")):
+            values = {k: float(v) for k, v in row.items() if v != ""}
+            if "round" in values:
+                by_round[values["round"]] = values
+    return [by_round[r] for r in sorted(by_round)]
 
 
 def at_budget(evaluated: list[dict], budget: float, key: str) -> float:

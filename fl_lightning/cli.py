@@ -33,6 +33,8 @@ TRAINER_DEFAULTS = {
     "logger": {"class_path": "pytorch_lightning.loggers.CSVLogger", "init_args": {"save_dir": "runs", "name": "fl"}},
 }
 CKPT_ALIASES = {"last", "best", "hpc", "registry"}
+# Model options a resumed run may change: they steer when to stop, evaluate or test, not the algorithm.
+TAKES_EFFECT_AT_RESUME = {"max_upload_d", "target_accuracy", "test_every_n_rounds", "eval_train_objective"}
 
 
 def check_checkpoint(path: Optional[str]) -> Optional[dict]:
@@ -159,10 +161,21 @@ class FederatedCLI(LightningCLI):
         return super().instantiate_trainer(**kwargs)
 
     def _parse_ckpt_path(self) -> None:
-        # LightningCLI reads the checkpoint's hyper-parameters while parsing: check it is readable first.
-        if self.config.get("subcommand"):
-            self.checkpoint = check_checkpoint(self.config[self.config.subcommand].get("ckpt_path"))
-        super()._parse_ckpt_path()
+        """Reads the checkpoint once, before anything is built. The command line stays the truth:
+        a model option that differs from the checkpoint's stops the run with one line, except
+        those that may soundly change at resume (TAKES_EFFECT_AT_RESUME; trainer options such as
+        max_epochs, loggers and the validation schedule are never stored, so they always do)."""
+        if not self.config.get("subcommand"):
+            return
+        config = self.config[self.config.subcommand]
+        self.checkpoint = check_checkpoint(config.get("ckpt_path"))
+        if self.checkpoint is None or self.config.subcommand != "fit":
+            return
+        saved = dict(self.checkpoint.get("hyper_parameters", {}))
+        for key, old in saved.items():
+            if key in config["model"] and key not in TAKES_EFFECT_AT_RESUME and config["model"][key] != old:
+                raise ConfigError(f"model.{key}", f"is {config['model'][key]!r} now but {old!r} in the checkpoint; "
+                                  f"resume with {old!r}, or start a new run without ckpt_path")
 
     def _check(self) -> None:  # the checkpoint was already read in _parse_ckpt_path
         self.datamodule.check()

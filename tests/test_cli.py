@@ -100,6 +100,23 @@ def test_resume_with_another_network_is_one_line(capsys):
     assert not os.path.exists("runs/quickstart/version_1")
 
 
+def test_resume_refuses_changed_algorithm_options_and_takes_the_sound_ones(capsys):
+    assert main(["fit", "--config", QUICKSTART, "--trainer.max_epochs", "2", *QUIET]) == 0
+    (ckpt,) = glob.glob("runs/quickstart/version_0/checkpoints/*.ckpt")
+    capsys.readouterr()
+    code = main(["fit", "--config", QUICKSTART, "--trainer.max_epochs", "4", "--ckpt_path", ckpt, "--model.lr", "0.05",
+                 *QUIET])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == ["fl-lightning: error: model.lr: is 0.05 now but 0.1 in the checkpoint; resume with "
+                                 "0.1, or start a new run without ckpt_path"]
+    assert not os.path.exists("runs/quickstart/version_1")
+    # max_epochs (trainer) and the upload budget (a stopping rule) take effect
+    assert main(["fit", "--config", QUICKSTART, "--trainer.max_epochs", "6", "--ckpt_path", ckpt,
+                 "--model.max_upload_d", "3.5", *QUIET]) == 0
+    rows = list(csv.DictReader(open("runs/quickstart/version_1/metrics.csv")))
+    assert [r["round"] for r in rows] == ["3.0", "4.0"]  # resumed after round 2, stopped by the new budget
+
+
 def test_nan_stops_with_the_round(capsys):
     code = main(["fit", "--config", QUICKSTART, "--model.lr", "1e30", *QUIET])
     err = capsys.readouterr().err.strip().splitlines()
