@@ -25,6 +25,7 @@ from fl_lightning.errors import ConfigError, DivergenceError
 from fl_lightning.flat import FlatModel
 from fl_lightning.foreign import LoggedValues, is_lightning, logging_into, network_optimizer, overrides
 from fl_lightning.loop import FederatedLoop, LocalConfig
+from fl_lightning.models.timm_models import timm_input_config
 from fl_lightning.plot import save_curve
 
 
@@ -160,6 +161,9 @@ class FederatedModule(pl.LightningModule):
     def check_compatible(self, datamodule) -> None:
         """Fail fast on settings that only clash once model and data meet."""
         datamodule.setup("fit")
+        expected = timm_input_config(self.net)
+        if expected is not None:
+            datamodule.use_input_config(**expected)
         s, m = self.hparams.clients_per_round, datamodule.num_clients
         if s > m:
             raise ConfigError("model.clients_per_round", f"S={s} exceeds data.num_clients M={m}; choose S ≤ M")

@@ -13,7 +13,7 @@ import timm
 import torch
 from PIL import Image
 
-from fl_lightning.cli import main
+from fl_lightning.cli import FederatedCLI, main
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs").rglob("*.yaml"))
@@ -82,10 +82,19 @@ def standin_args(config: str, tmp: Path) -> list[str]:
 
 @pytest.mark.parametrize("config", CONFIGS)
 def test_config_runs_one_round(config, tmp_path, capsys):
-    code = main(["fit", "--config", str(ROOT / config), *SMALL, *standin_args(config, tmp_path),
-                 "--trainer.logger.init_args.save_dir", str(tmp_path / "runs")])
-    out = capsys.readouterr()
-    assert code == 0, out.err[-3000:]
+    args = ["--config", str(ROOT / config), *SMALL, *standin_args(config, tmp_path),
+            "--trainer.logger.init_args.save_dir", str(tmp_path / "runs")]
+    if "TimmModel" in (ROOT / config).read_text():
+        cli = FederatedCLI(args=args, run=False)
+        cli.trainer.fit(cli.model, cli.datamodule)
+        # a pretrained ViT is fed what timm trained it on: its mean/std and interpolation, its input side
+        for transform in (cli.datamodule.split.train_transform, cli.datamodule.split.eval_transform):
+            assert (transform.mean, transform.std) == ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+            assert transform.interpolation == "bicubic" and transform.image_size == 32
+    else:
+        code = main(["fit", *args])
+        out = capsys.readouterr()
+        assert code == 0, out.err[-3000:]
     (metrics,) = (tmp_path / "runs").rglob("metrics.csv")
     rows = list(csv.DictReader(open(metrics)))
     assert rows[-1]["round"] == "1.0" and float(rows[-1]["comm/upload_d"]) > 0 and rows[-1]["val/acc"] != ""

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import csv
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Optional, Sequence
 
 import numpy as np
 import pytorch_lightning as pl
 import torch
 
+from fl_lightning.data.images import ImageTransform
 from fl_lightning.data.datasets import DATASETS, check_dataset, check_name
 from fl_lightning.data.own import load_by_class_path, split_from_datasets
 from fl_lightning.data.split import DataOptions, DataSplit
@@ -239,6 +240,17 @@ class FederatedDataModule(pl.LightningDataModule):
             writer.writerow(["client", "samples"] + [f"class_{c}" for c in range(hist.shape[1])])
             for i, row in enumerate(hist.tolist()):
                 writer.writerow([i, sum(row)] + row)
+
+    def use_input_config(self, mean: tuple, std: tuple, interpolation: str, image_size: int) -> None:
+        """Feed images as a pretrained model expects them (timm's data config): its mean/std and
+        resize interpolation, and its input side unless data.image_size sets one."""
+        split = self.split
+        if not isinstance(split.train_transform, ImageTransform) or split.train_x.shape[1] != len(mean):
+            return
+        side = self.options.image_size or image_size
+        split.train_transform, split.eval_transform = (
+            replace(transform, mean=mean, std=std, interpolation=interpolation, image_size=side)
+            for transform in (split.train_transform, split.eval_transform))
 
     def eval_transform(self, x: torch.Tensor) -> torch.Tensor:
         transform = self.split.eval_transform if self.split is not None else None

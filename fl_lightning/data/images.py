@@ -35,6 +35,7 @@ class ImageTransform:
     crop_padding: int = 4
     flip: bool = True
     image_size: Optional[int] = None
+    interpolation: str = "bilinear"  # of the resize; timm models say which (e.g. bicubic)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         x = x.float().div_(255.0)
@@ -44,7 +45,7 @@ class ImageTransform:
             flip = torch.rand(x.shape[0], 1, 1, 1, device=x.device) < 0.5
             x = torch.where(flip, x.flip(3), x)
         if self.image_size is not None and x.shape[-1] != self.image_size:
-            x = F.interpolate(x, size=(self.image_size, self.image_size), mode="bilinear", align_corners=False)
+            x = F.interpolate(x, size=(self.image_size, self.image_size), mode=self.interpolation, align_corners=False)
         mean = torch.tensor(self.mean, device=x.device).view(1, -1, 1, 1)
         std = torch.tensor(self.std, device=x.device).view(1, -1, 1, 1)
         return (x - mean) / std

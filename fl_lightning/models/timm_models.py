@@ -78,3 +78,19 @@ class TimmModel(nn.Module):
             finally:
                 constants.HF_HUB_OFFLINE = offline
         return timm.create_model(name, pretrained=pretrained, **kwargs)
+
+
+def timm_input_config(net: nn.Module) -> Optional[dict]:
+    """What a timm model expects as input — timm's data config: mean, std, interpolation and input
+    side (a ViT's own ``patch_embed.img_size``) — or None for a model that is not timm's."""
+    if not isinstance(getattr(net, "pretrained_cfg", None), dict):
+        return None
+    from timm.data import resolve_model_data_config
+
+    config = resolve_model_data_config(net)
+    side = config["input_size"][-1]
+    patch_embed = getattr(net, "patch_embed", None)
+    if patch_embed is not None and getattr(patch_embed, "img_size", None) is not None:
+        side = patch_embed.img_size[-1]
+    return {"mean": tuple(config["mean"]), "std": tuple(config["std"]), "interpolation": config["interpolation"],
+            "image_size": int(side)}
