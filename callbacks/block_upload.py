@@ -25,7 +25,9 @@ def _complement(ranges, total):
 
 
 class BlockUploadMask(FLCallback):
-    """Args:
+    """FedBCGD: each sampled client uploads one block and the shared block.
+
+    Args:
         freeze_other_blocks: the "FedBCGD_freezing" ablation — a client trains only its block
             and the shared block; everything else stays at x^r.
     """

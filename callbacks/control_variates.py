@@ -34,7 +34,9 @@ AUTHORS_SERVER_STEP = 0.1  # their c ← c + 0.1 · mean(c_i⁺ − c): an expon
 
 
 class ControlVariates(FLCallback):
-    """Args:
+    """SCAFFOLD / FedBCGD+ control variates c_i and c.
+
+    Args:
         option: c_i refresh, ``option1`` (∇f_i(x^r) + wd·x^r) or ``option2`` (SCAFFOLD's difference form).
         keep: what a client stores of c_i⁺: ``uploaded`` (only the slices it reported) or ``all``.
         shared_coefficient: server step on the shared block, ``paper`` (1/(MN)) or ``mean`` (1/M).

@@ -28,7 +28,9 @@ from fl_lightning.errors import ConfigError
 
 
 class DriftCorrection(FLCallback):
-    """Args:
+    """FedDC: local drift h_i and gradient correction.
+
+    Args:
         alpha: α ≥ 0, the weight of the drift penalty (FedDC: 0.01).
     """
 

@@ -10,7 +10,9 @@ from fl_lightning.errors import ConfigError
 
 
 class Proximal(FLCallback):
-    """Args:
+    """FedProx: the proximal term (μ/2)‖y − x^r‖² in every local step.
+
+    Args:
         mu: μ ≥ 0, the weight of the proximal term (FedProx searches {0.001, 0.01, 0.1, 1}).
     """
 

@@ -1,7 +1,17 @@
-"""fl-lightning: federated learning on PyTorch Lightning (FedAvg, FedAvgM; FedBCGD next)."""
-from fl_lightning.data.datamodule import FederatedDataModule
-from fl_lightning.loop import ClientTask, FederatedLoop, RoundPlan
-from fl_lightning.module import FederatedModule
+"""fl-lightning: federated learning on PyTorch Lightning (FedAvg ... FedBCGD+, exact communication accounting).
 
+The public names are imported on first use, so that the command line answers ``--help`` fast.
+"""
 __all__ = ["FederatedDataModule", "FederatedLoop", "FederatedModule", "ClientTask", "RoundPlan"]
 __version__ = "0.1.0"
+
+_HOMES = {"FederatedDataModule": "fl_lightning.data.datamodule", "FederatedLoop": "fl_lightning.loop",
+          "ClientTask": "fl_lightning.loop", "RoundPlan": "fl_lightning.loop", "FederatedModule": "fl_lightning.module"}
+
+
+def __getattr__(name: str):
+    if name in _HOMES:
+        import importlib
+
+        return getattr(importlib.import_module(_HOMES[name]), name)
+    raise AttributeError(f"module 'fl_lightning' has no attribute {name!r}")

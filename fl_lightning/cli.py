@@ -1,69 +1,34 @@
-"""``fl-lightning``: a LightningCLI (fit / validate / test, ``--config``, dotted overrides).
+"""``fl-lightning``: the command. It imports nothing heavy until a subcommand needs it, so
+``fl-lightning --help`` and a broken ``--config`` answer at once.
+
+    fl-lightning fit|validate|test --config X [--dotted.options ...]   (a LightningCLI: fl_lightning.lightning_cli)
+    fl-lightning blocks --config X                                      (the model's block division)
 
 User mistakes surface as one line naming the field and the fix (exit code 2), checked
 before any run directory is created.
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import netrc
 import os
 import sys
-from pathlib import Path
-from typing import Optional
 
-import torch
 import yaml
-from jsonargparse import ArgumentError
-from pytorch_lightning.callbacks import ProgressBar
-from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
-from pytorch_lightning.loggers import WandbLogger
 
-from fl_lightning.blocks import build_partition
-from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.errors import ConfigError, FLUserError
-from fl_lightning.module import FederatedModule
-from fl_lightning.progress import RoundProgressBar
 
-TRAINER_DEFAULTS = {
-    "max_epochs": 30,  # = communication rounds
-    "num_sanity_val_steps": 0,
-    "log_every_n_steps": 1,
-    "logger": {"class_path": "pytorch_lightning.loggers.CSVLogger", "init_args": {"save_dir": "runs", "name": "fl"}},
-}
-CKPT_ALIASES = {"last", "best", "hpc", "registry"}
-# Model options a resumed run may change: they steer when to stop, evaluate or test, not the algorithm.
-TAKES_EFFECT_AT_RESUME = {"max_upload_d", "target_accuracy", "test_every_n_rounds", "eval_train_objective"}
+HELP = """usage: fl-lightning {fit,validate,test,blocks} [--config FILE] [--dotted.option VALUE ...]
 
+Federated learning on PyTorch Lightning (FedAvg ... FedBCGD+); one epoch is one communication round.
 
-def check_checkpoint(path: Optional[str]) -> Optional[dict]:
-    """The checkpoint at ``path`` (tensors memory-mapped), or one line saying it is not one."""
-    if path is None or path in CKPT_ALIASES:
-        return None
-    if os.path.isfile(path) and os.path.getsize(path) == 0:
-        reason = "the file is empty"
-    else:
-        try:
-            checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-            if isinstance(checkpoint, dict) and "state_dict" in checkpoint:
-                return checkpoint
-            reason = "no state_dict in it"
-        except Exception as err:  # any failure to read is the user's file, not our bug
-            reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
-    raise ConfigError("ckpt_path", f"{path!r} is not a readable checkpoint ({reason}); pass a .ckpt file written "
-                      "by fl-lightning fit")
+subcommands:
+  fit         train: fl-lightning fit --config configs/quickstart.yaml [--model.algorithm fedbcgd]
+  validate    evaluate a checkpoint on the validation set (--ckpt_path FILE)
+  test        evaluate a checkpoint on the test set (--ckpt_path FILE)
+  blocks      print the model's block division like the paper's Tables 7-11 (no weights are loaded)
 
-
-def check_same_network(checkpoint: dict, model: FederatedModule) -> None:
-    """A checkpoint resumes only into the network that wrote it: same tensor names and shapes."""
-    saved = {name: tuple(t.shape) for name, t in checkpoint["state_dict"].items()}
-    current = {name: tuple(t.shape) for name, t in model.state_dict().items()}
-    for name in sorted(set(saved) | set(current)):
-        if saved.get(name) != current.get(name):
-            raise ConfigError("ckpt_path", f"was written by a different network ({name}: "
-                              f"{saved.get(name, 'absent')} in the checkpoint, {current.get(name, 'absent')} now); "
-                              "resume with the model.network it was trained with")
+every option with its one-line meaning and the algorithms: fl-lightning fit --help
+every option with its value: fl-lightning fit --config FILE --print_config
+"""
 
 
 def check_config_files(command: list[str]) -> None:
@@ -83,141 +48,20 @@ def check_config_files(command: list[str]) -> None:
                                   ) from None
 
 
-class SaveRunConfig(SaveConfigCallback):
-    """config.yaml in each run's own directory (CSV: version_N/, W&B: the run's files/), never
-    overwritten by a later run; W&B also gets the full resolved config as the run's config."""
-
-    def save_config(self, trainer, pl_module, stage) -> None:
-        for logger in trainer.loggers:
-            wandb = isinstance(logger, WandbLogger)
-            run_dir = logger.experiment.dir if wandb else logger.log_dir
-            if run_dir:
-                os.makedirs(run_dir, exist_ok=True)
-                self.parser.save(self.config, os.path.join(run_dir, self.config_filename), skip_none=False,
-                                 overwrite=True, multifile=False)
-            if wandb:
-                logger.experiment.config.update(self.config.clone().as_dict(), allow_val_change=True)
-
-
-def run_names(config, prefix: Optional[str]) -> tuple[str, str]:
-    """(run name, group): prefix (the logger's name, else the config file's) + algorithm + seed, and
-    the same with a digest of every setting but the seed, so runs that differ only in their seed
-    share a group."""
-    files = config.get("config") or []
-    stem = prefix or (Path(str(files[-1])).stem if files else "fl")
-    settings = config.clone().as_dict()
-    for key in ("seed_everything", "config", "ckpt_path"):
-        settings.pop(key, None)
-    settings.get("trainer", {}).pop("logger", None)
-    digest = hashlib.sha1(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:8]
-    algorithm = config["model"]["algorithm"]
-    return f"{stem}-{algorithm}-seed{config['seed_everything']}", f"{stem}-{algorithm}-{digest}"
-
-
-def check_wandb_credentials() -> None:
-    """W&B online needs an API key; without one, say how to log offline instead of failing inside wandb."""
-    if os.environ.get("WANDB_MODE", "").lower() in ("offline", "disabled", "dryrun") or os.environ.get("WANDB_API_KEY"):
-        return
-    try:
-        if netrc.netrc().authenticators("api.wandb.ai"):
-            return
-    except (OSError, netrc.NetrcParseError):
-        pass
-    raise ConfigError("trainer.logger", "WandbLogger has no W&B API key on this machine: run `wandb login`, or set "
-                      "WANDB_MODE=offline to write the run locally (wandb sync uploads it later)")
-
-
-class FederatedCLI(LightningCLI):
-    def __init__(self, args=None, run: bool = True):
-        super().__init__(FederatedModule, FederatedDataModule, trainer_defaults=TRAINER_DEFAULTS,
-                         seed_everything_default=0, save_config_callback=SaveRunConfig,
-                         save_config_kwargs={"save_to_log_dir": False},
-                         auto_configure_optimizers=False, parser_kwargs={"exit_on_error": False},
-                         args=args, run=run)
-
-    def before_instantiate_classes(self) -> None:
-        """W&B runs are named <logger name or config file>-<algorithm>-seed<seed> and grouped by every
-        setting but the seed (unless the config sets a group)."""
-        config = self.config[self.subcommand] if self.subcommand else self.config
-        loggers = config.get("trainer", {}).get("logger")
-        for logger in loggers if isinstance(loggers, list) else [loggers]:
-            if getattr(logger, "class_path", "").endswith("WandbLogger"):
-                check_wandb_credentials()
-                name, group = run_names(config, logger.init_args.get("name"))
-                logger.init_args["name"] = name
-                if logger.init_args.get("save_dir"):  # wandb's service process may run in another directory
-                    logger.init_args["save_dir"] = os.path.abspath(logger.init_args["save_dir"])
-                if logger.init_args.get("group") is None:
-                    logger.init_args["group"] = group
-
-    def instantiate_trainer(self, **kwargs):
-        """Adds the round progress bar (fl_lightning.progress) unless the config disables bars or brings one."""
-        config = self.config_init[self.subcommand] if self.subcommand else self.config_init
-        trainer = config.get("trainer") or {}
-        callbacks = trainer.get("callbacks") or []
-        callbacks = callbacks if isinstance(callbacks, list) else [callbacks]
-        if trainer.get("enable_progress_bar") is not False and not any(isinstance(cb, ProgressBar) for cb in callbacks):
-            kwargs["callbacks"] = [*callbacks, RoundProgressBar()]
-        return super().instantiate_trainer(**kwargs)
-
-    def _parse_ckpt_path(self) -> None:
-        """Reads the checkpoint once, before anything is built. The command line stays the truth:
-        a model option that differs from the checkpoint's stops the run with one line, except
-        those that may soundly change at resume (TAKES_EFFECT_AT_RESUME; trainer options such as
-        max_epochs, loggers and the validation schedule are never stored, so they always do)."""
-        if not self.config.get("subcommand"):
-            return
-        config = self.config[self.config.subcommand]
-        self.checkpoint = check_checkpoint(config.get("ckpt_path"))
-        if self.checkpoint is None or self.config.subcommand != "fit":
-            return
-        saved = dict(self.checkpoint.get("hyper_parameters", {}))
-        for key, old in saved.items():
-            if key in config["model"] and key not in TAKES_EFFECT_AT_RESUME and config["model"][key] != old:
-                raise ConfigError(f"model.{key}", f"is {config['model'][key]!r} now but {old!r} in the checkpoint; "
-                                  f"resume with {old!r}, or start a new run without ckpt_path")
-
-    def _check(self) -> None:  # the checkpoint was already read in _parse_ckpt_path
-        self.datamodule.check()
-        self.model.check_compatible(self.datamodule)
-        if getattr(self, "checkpoint", None) is not None:
-            check_same_network(self.checkpoint, self.model)
-
-    def before_fit(self) -> None:
-        self._check()
-
-    def before_validate(self) -> None:
-        self._check()
-
-    def before_test(self) -> None:
-        self._check()
-
-    def after_fit(self) -> None:
-        metrics = self.trainer.callback_metrics
-        upload = self.model.loop.comm.upload_d if self.model.loop else 0.0
-        accuracy = {key: f"{float(metrics[key]):.4f}" if key in metrics else "n/a" for key in ("val/acc", "test/acc")}
-        print(f"fl-lightning: {self.trainer.current_epoch} rounds, final val/acc {accuracy['val/acc']}, "
-              f"test/acc {accuracy['test/acc']}, comm/upload_d {upload:.2f}, "
-              f"run dir {os.path.abspath(self.trainer.log_dir or '.')}")
-        for logger in self.trainer.loggers:
-            if isinstance(logger, WandbLogger):  # the command's run is over (a next in-process run starts afresh)
-                logger.experiment.finish()
-
-
-def print_blocks(args: list[str]) -> None:
-    """``fl-lightning blocks --config X``: print the model's block division and exit."""
-    sys.argv = sys.argv[:1] + args  # LightningCLI reads its arguments from the command line
-    cli = FederatedCLI(run=False)
-    model = cli.model
-    blocks = model.blocks or build_partition(model.net, model.hparams.block_division, model.hparams.num_blocks,
-                                             model.hparams.shared_block)
-    print(blocks.table())
-
-
 def main(args=None) -> int:
     command = sys.argv[1:] if args is None else list(args)
+    if command[:1] in ([], ["-h"], ["--help"]):
+        print(HELP, end="")
+        return 0
     try:
         check_config_files(command)
+        from jsonargparse import ArgumentError
+
+        from fl_lightning.lightning_cli import FederatedCLI, print_blocks
+    except FLUserError as err:
+        print(f"fl-lightning: error: {err}", file=sys.stderr)
+        return 2
+    try:
         if command[:1] == ["blocks"]:
             print_blocks(command[1:])
             return 0
@@ -227,9 +71,18 @@ def main(args=None) -> int:
         return 2
     except ArgumentError as err:  # jsonargparse: unknown option, wrong type, bad class_path
         message = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
-        print(f"fl-lightning: error: {message} (see fl-lightning --help)", file=sys.stderr)
+        print(f"fl-lightning: error: {message} (see fl-lightning fit --help)", file=sys.stderr)
         return 2
     return 0
+
+
+def __getattr__(name: str):
+    """``from fl_lightning.cli import FederatedCLI`` keeps working, imported on first use."""
+    if name == "FederatedCLI":
+        from fl_lightning.lightning_cli import FederatedCLI
+
+        return FederatedCLI
+    raise AttributeError(name)
 
 
 if __name__ == "__main__":

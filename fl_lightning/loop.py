@@ -67,7 +67,9 @@ class RoundPlan:
 
 
 class FederatedLoop:
-    """Args:
+    """Runs the rounds: configure clients, train each, aggregate, step the server.
+
+    Args:
         global_vector: x^r (parameters, then floating buffers); its first ``num_params`` entries are
             the parameters ``server_optimizer`` steps.
         server_optimizer: anything with ``step()`` over ``global_vector[:num_params]`` (the module

@@ -161,3 +161,16 @@ def test_fedbcgd_plus_resume_is_exact():
     assert resumed == full[2:]
     ckpt = torch.load("ckpts/epoch=1.ckpt", weights_only=True)
     assert len(ckpt["callbacks"]["ControlVariates"]["client_controls"]) >= 4
+
+
+def test_blocks_of_a_pretrained_config_loads_no_weights(monkeypatch, capsys):
+    import fl_lightning.models.timm_models as timm_models
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("blocks must not look for pretrained weights")
+
+    monkeypatch.setattr(timm_models, "_hub_reachable", no_network)
+    config = __import__("pathlib").Path(__file__).resolve().parents[1] / "configs" / "vit_tiny.yaml"
+    assert main(["blocks", "--config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "N = 6" in out and "shared   head" in out

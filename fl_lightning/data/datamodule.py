@@ -74,7 +74,9 @@ class TensorBatches:
 
 
 class FederatedDataModule(pl.LightningDataModule):
-    """Args:
+    """One data set split among M clients, a validation set and the global test set.
+
+    Args:
         dataset: ``digits`` (embedded), ``mnist``, ``emnist``, ``cifar10``, ``cifar100`` (torchvision),
             ``tinyimagenet``, ``imagefolder`` (root/{train,test}/<class>/…), ``synthetic``
             (FedProx Synthetic(α,β)), or the class path of any torchvision-style classification data
@@ -87,7 +89,8 @@ class FederatedDataModule(pl.LightningDataModule):
         samples_per_client: samples held by every client (paper: 500); default ⌊N/M⌋.
         root: where data sets live (torchvision layout, e.g. ``root/MNIST/raw``).
         download: let torchvision download missing data.
-        synthetic_alpha, synthetic_beta: α and β of Synthetic(α, β).
+        synthetic_alpha: α of Synthetic(α, β): how much the clients' labelling models differ.
+        synthetic_beta: β of Synthetic(α, β): how much the clients' inputs differ.
         image_size: resize images to this side (e.g. 224 for ViT-Base); default: as stored.
         augment: random crop (padding 4) and horizontal flip of training images.
         cache_dir: where decoded image folders are cached as uint8 tensors (None: no cache).

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import socket
+from contextlib import contextmanager
 from typing import Optional
 
 from torch import nn
@@ -28,6 +29,18 @@ from torch import nn
 from fl_lightning.errors import ConfigError
 
 HUB_HOST = ("huggingface.co", 443)
+_ARCHITECTURE_ONLY = False
+
+
+@contextmanager
+def architecture_only():
+    """Inside, TimmModel builds the architecture without loading weights (``fl-lightning blocks``)."""
+    global _ARCHITECTURE_ONLY
+    previous, _ARCHITECTURE_ONLY = _ARCHITECTURE_ONLY, True
+    try:
+        yield
+    finally:
+        _ARCHITECTURE_ONLY = previous
 
 
 def _hub_reachable(timeout: float = 3.0) -> bool:
@@ -56,6 +69,8 @@ class TimmModel(nn.Module):
             kwargs["img_size"] = img_size
         if patch_size is not None:
             kwargs["patch_size"] = patch_size
+        if _ARCHITECTURE_ONLY:
+            return timm.create_model(name, pretrained=False, **kwargs)
         if pretrained_file is not None:
             if not os.path.isfile(pretrained_file):
                 raise ConfigError(f"{field}.pretrained_file", f"no file at {pretrained_file!r}; give a .pth, .bin "
