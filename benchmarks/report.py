@@ -59,6 +59,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--title", default="")
     parser.add_argument("--at-d", default="", help="comma-separated budgets in d, e.g. 10,25,50,100")
+    parser.add_argument("--columns", default="", help="columns of the Markdown table (default: all; the CSV has all)")
     args = parser.parse_args()
     budgets = [float(b) for b in args.at_d.split(",") if b]
     runs = {p.name: read_run(p) for p in sorted(args.runs.iterdir()) if p.is_dir()}
@@ -74,8 +75,9 @@ def main() -> None:
             return "—"
         return f"{v:.4f}" if isinstance(v, float) and v < 10 else (f"{v:.1f}" if isinstance(v, float) else str(v))
 
-    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-    lines += ["| " + " | ".join(fmt(s[k]) for k in keys) + " |" for s in summaries]
+    shown = [k for k in args.columns.split(",") if k] or keys
+    lines = ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
+    lines += ["| " + " | ".join(fmt(s.get(k, math.nan)) for k in shown) + " |" for s in summaries]
     args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -86,21 +88,23 @@ def main() -> None:
 
     has_objective = any("train/objective" in r for rows in runs.values() for r in rows)
     fig, axes = plt.subplots(1, 2 if has_objective else 1, figsize=(11 if has_objective else 6, 4), squeeze=False)
-    for name, rows in runs.items():
+    for index, (name, rows) in enumerate(runs.items()):
         evaluated = [r for r in rows if "val/acc" in r]
         keys = ["val/acc"] + (["train/objective"] if has_objective else [])
+        style = ["-", "--", ":"][index // 10 % 3]  # ten colours, then the next line style
         for ax, key in zip(axes[0], keys):
             if evaluated[-1]["comm/upload_d"] > 0:
-                ax.plot([r["comm/upload_d"] for r in evaluated], [r[key] for r in evaluated], label=name)
+                ax.plot([r["comm/upload_d"] for r in evaluated], [r[key] for r in evaluated], style, label=name, lw=1.2)
             else:  # nothing uploaded: its final value as a reference line
                 ax.axhline(evaluated[-1][key], color="black", lw=1, ls=":", label=f"{name} (final, no upload)")
-    axes[0][0].set(xlabel="comm/upload_d (mean floats uploaded per client / d)", ylabel="test accuracy",
+    axes[0][0].set(xlabel="comm/upload_d (mean floats uploaded per client / d)",
+                   ylabel="val/acc (test set: val_fraction 0)",
                    title=args.title)
     axes[0][0].axhline(args.target, color="grey", lw=0.5, ls="--")
     if has_objective:
         axes[0][1].set(xlabel="comm/upload_d", ylabel="training objective f(x) + λ/2‖x‖²", yscale="log")
     for ax in axes[0]:
-        ax.legend()
+        ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(args.out.with_suffix(".png"), dpi=110)

@@ -15,6 +15,7 @@ import sys
 import yaml
 
 from fl_lightning.errors import ConfigError, FLUserError
+from fl_lightning.options import check_option_names
 
 HELP = """usage: fl-lightning {fit,validate,test,blocks} [--config FILE] [--dotted.option VALUE ...]
 
@@ -55,6 +56,8 @@ def main(args=None) -> int:
         return 0
     try:
         check_config_files(command)
+        if command[:1] in (["fit"], ["validate"], ["test"], ["blocks"]):
+            check_option_names(command[1:])
         from jsonargparse import ArgumentError
 
         from fl_lightning.lightning_cli import FederatedCLI, print_blocks

@@ -68,7 +68,8 @@ BAD_INPUTS = [
     (["--config", "absent.yaml"], "--config", "absent.yaml: no such file"),
     (["--model.algorithm", "fedbcgd", "--model.num_blocks", "3", "--model.block_division", "balanced",
       "--model.clients_per_round", "2"], "model.clients_per_round", "S=2 < N=3 blocks"),
-    (["--model.bogus", "1"], "unrecognized arguments", "--model.bogus"),
+    (["--model.bogus", "1"], "--model.bogus", "no such option"),
+    (["--trainer.max_epoch", "1"], "--trainer.max_epoch", "did you mean --trainer.max_epochs?"),
 ]
 
 

@@ -30,3 +30,23 @@ def test_broken_config_answers_without_importing_torch(tmp_path):
     line, run = imported(["fit", "--config", "typo.yaml"], tmp_path)
     assert line == "HEAVY [] 2"
     assert "typo.yaml, line 3, column 1: YAML syntax error" in run.stderr
+
+
+def test_option_typo_answers_without_importing_torch(tmp_path):
+    line, run = imported(["fit", "--model.lrr", "0.1", "--trainer.max_epoch", "3"], tmp_path)
+    assert line == "HEAVY [] 2"
+    assert run.stderr.strip() == ("fl-lightning: error: --model.lrr: no such option; did you mean --model.lr? "
+                                  "(every option: fl-lightning fit --help)")
+
+
+def test_known_options_are_the_constructors_arguments():
+    import inspect
+
+    import pytorch_lightning as pl
+
+    from fl_lightning import FederatedDataModule, FederatedModule
+    from fl_lightning.options import known_options
+
+    known = known_options()
+    for group, cls in (("model", FederatedModule), ("data", FederatedDataModule), ("trainer", pl.Trainer)):
+        assert known[group] == set(inspect.signature(cls).parameters) | {"help"}
