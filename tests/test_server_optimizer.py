@@ -59,3 +59,27 @@ def test_help_lists_every_algorithm(capsys):
     text = " ".join(capsys.readouterr().out.split())
     for name, algorithm in ALGORITHMS.items():
         assert f"{name}: {' '.join(algorithm.summary.split())}" in text
+
+
+def test_floating_buffers_are_averaged_never_stepped():
+    """FedAdam steps the parameters; BatchNorm statistics take the plain mean of the clients'."""
+    import torch
+    from torch import nn
+
+    from fl_lightning import FederatedDataModule, FederatedModule
+    from tests.conftest import make_trainer
+    from tests.reference import Recorder, data
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 3))
+    module = FederatedModule(net, algorithm="fedadam", clients_per_round=3, batch_size=2, server_lr=0.05)
+    d = module.flat.num_params
+    before = module.flat.vector.detach().clone()
+    recorder = Recorder()
+    split, parts = data()
+    make_trainer(1, callbacks=[recorder]).fit(module, FederatedDataModule.from_tensors(split, parts))
+    changes = torch.stack([rec["local_change"] for rec in recorder.rounds[0]])
+    after = torch.cat([p.detach().reshape(-1) for p in net.parameters()] +
+                      [b.reshape(-1) for b in (net[1].running_mean, net[1].running_var)])
+    torch.testing.assert_close(after[d:], before[d:] + changes[:, d:].mean(0), rtol=0, atol=1e-6)
+    assert not torch.allclose(after[:d], before[:d] + changes[:, :d].mean(0), atol=1e-4)  # params: Adam's step
