@@ -8,20 +8,22 @@ from tests.reference import (M, Rule, assert_params, check_assignment, check_loc
                              run_library, run_reference)
 
 
-def test_fedprox_two_rounds_match_reference():
-    module, initial, recorder = run_library("fedprox", fedprox_mu=0.3)
+def replay(algorithm, rule, **hp):
+    """Two library rounds, replayed by the reference: the global model and every local model agree."""
+    module, initial, recorder = run_library(algorithm, **hp)
     check_assignment(recorder, blocks=False)
-    expected = run_reference(initial, recorder, Rule(blocks=False, prox_mu=0.3))
+    expected = run_reference(initial, recorder, rule)
     assert_params(dict(module.net.named_parameters()), expected["x"])
     check_local_models(module, recorder)
+    return module, recorder, expected
+
+
+def test_fedprox_two_rounds_match_reference():
+    replay("fedprox", Rule(blocks=False, prox_mu=0.3), fedprox_mu=0.3)
 
 
 def test_feddc_two_rounds_match_reference():
-    module, initial, recorder = run_library("feddc", feddc_alpha=0.5)
-    check_assignment(recorder, blocks=False)
-    expected = run_reference(initial, recorder, Rule(blocks=False, feddc_alpha=0.5))
-    assert_params(dict(module.net.named_parameters()), expected["x"])
-    check_local_models(module, recorder)
+    module, recorder, expected = replay("feddc", Rule(blocks=False, feddc_alpha=0.5), feddc_alpha=0.5)
     (feddc,) = [cb for cb in module.loop.callbacks if isinstance(cb, DriftCorrection)]
     assert_params(flat_state(module, feddc.server_control), expected["c"])
     sampled = {rec["client"] for rnd in recorder.rounds for rec in rnd}

@@ -17,30 +17,28 @@ from tests.conftest import SHARED_DATA, make_trainer, requires_shared_data
 DIGITS = load_digits()
 
 
-class DigitImages(torch.utils.data.Dataset):
-    """A user's Dataset as found in the wild: PIL images (8×8 grey, uint8) and int labels."""
+class Digits(torch.utils.data.Dataset):
+    """A user's Dataset as found in the wild: PIL images (8×8 grey, uint8) or float vectors, and labels."""
 
-    def __init__(self, rows):
-        self.rows = rows
+    def __init__(self, rows, images: bool):
+        self.rows, self.images = rows, images
 
     def __len__(self):
         return len(self.rows)
 
     def __getitem__(self, i):
         row = self.rows[i]
-        pixels = (DIGITS.images[row] * 16).clip(0, 255).astype(np.uint8)
-        return Image.fromarray(pixels, mode="L"), int(DIGITS.target[row])
+        if self.images:
+            return Image.fromarray((DIGITS.images[row] * 16).clip(0, 255).astype(np.uint8), mode="L"), int(DIGITS.target[row])
+        return torch.tensor(DIGITS.data[row], dtype=torch.float32) / 16, torch.tensor(DIGITS.target[row])
 
 
-class DigitVectors(torch.utils.data.Dataset):
-    def __init__(self, rows):
-        self.rows = rows
+def DigitImages(rows):
+    return Digits(rows, images=True)
 
-    def __len__(self):
-        return len(self.rows)
 
-    def __getitem__(self, i):
-        return torch.tensor(DIGITS.data[self.rows[i]], dtype=torch.float32) / 16, torch.tensor(DIGITS.target[self.rows[i]])
+def DigitVectors(rows):
+    return Digits(rows, images=False)
 
 
 def test_pil_dataset_stored_as_uint8_images_and_trains():
