@@ -58,16 +58,18 @@ def main(args=None) -> int:
         check_config_files(command)
         if command[:1] in (["fit"], ["validate"], ["test"], ["blocks"]):
             check_option_names(command[1:])
+        if command[:1] == ["blocks"]:
+            from fl_lightning.blocks_command import print_blocks
+
+            print_blocks(command[1:])
+            return 0
         from jsonargparse import ArgumentError
 
-        from fl_lightning.lightning_cli import FederatedCLI, print_blocks
+        from fl_lightning.lightning_cli import FederatedCLI
     except FLUserError as err:
         print(f"fl-lightning: error: {err}", file=sys.stderr)
         return 2
     try:
-        if command[:1] == ["blocks"]:
-            print_blocks(command[1:])
-            return 0
         FederatedCLI(args=args)
     except FLUserError as err:
         print(f"fl-lightning: error: {err}", file=sys.stderr)

@@ -50,3 +50,10 @@ def test_known_options_are_the_constructors_arguments():
     known = known_options()
     for group, cls in (("model", FederatedModule), ("data", FederatedDataModule), ("trainer", pl.Trainer)):
         assert known[group] == set(inspect.signature(cls).parameters) | {"help"}
+
+
+def test_blocks_builds_the_network_without_lightning(tmp_path):
+    quickstart = str(__import__("pathlib").Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml")
+    line, run = imported(["blocks", "--config", quickstart, "--model.num_blocks", "3"], tmp_path)
+    assert line == "HEAVY ['torch'] 0"
+    assert "N = 3" in run.stdout and "shared   head" in run.stdout
