@@ -143,7 +143,7 @@ class FederatedCLI(LightningCLI):
 
     def _parse_ckpt_path(self) -> None:
         """Reads the checkpoint once, before anything is built. The command line stays the truth:
-        a model option that differs from the checkpoint's stops the run with one line, except
+        a model or data option that differs from the checkpoint's stops the run with one line, except
         those that may soundly change at resume (TAKES_EFFECT_AT_RESUME; trainer options such as
         max_epochs, loggers and the validation schedule are never stored, so they always do)."""
         if not self.config.get("subcommand"):
@@ -152,11 +152,13 @@ class FederatedCLI(LightningCLI):
         self.checkpoint = check_checkpoint(config.get("ckpt_path"))
         if self.checkpoint is None or self.config.subcommand != "fit":
             return
-        saved = dict(self.checkpoint.get("hyper_parameters", {}))
-        for key, old in saved.items():
-            if key in config["model"] and key not in TAKES_EFFECT_AT_RESUME and config["model"][key] != old:
-                raise ConfigError(f"model.{key}", f"is {config['model'][key]!r} now but {old!r} in the checkpoint; "
-                                  f"resume with {old!r}, or start a new run without ckpt_path")
+        saved = {"model": dict(self.checkpoint.get("hyper_parameters", {})),
+                 "data": dict(self.checkpoint.get("FederatedDataModule", {}).get("settings", {}))}
+        for group, options in saved.items():
+            for key, old in options.items():
+                if key in config[group] and key not in TAKES_EFFECT_AT_RESUME and config[group][key] != old:
+                    raise ConfigError(f"{group}.{key}", f"is {config[group][key]!r} now but {old!r} in the "
+                                      f"checkpoint; resume with {old!r}, or start a new run without ckpt_path")
 
     def _check(self) -> None:  # the checkpoint was already read in _parse_ckpt_path
         self.datamodule.check()

@@ -111,6 +111,10 @@ def test_resume_refuses_changed_algorithm_options_and_takes_the_sound_ones(capsy
     assert code == 2 and err == ["fl-lightning: error: model.lr: is 0.05 now but 0.1 in the checkpoint; resume with "
                                  "0.1, or start a new run without ckpt_path"]
     assert not os.path.exists("runs/quickstart/version_1")
+    code = main(["fit", "--config", QUICKSTART, "--ckpt_path", ckpt, "--data.dirichlet_rho", "0.1", *QUIET])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == ["fl-lightning: error: data.dirichlet_rho: is 0.1 now but 0.5 in the checkpoint; "
+                                 "resume with 0.5, or start a new run without ckpt_path"]
     # max_epochs (trainer) and the upload budget (a stopping rule) take effect
     assert main(["fit", "--config", QUICKSTART, "--trainer.max_epochs", "6", "--ckpt_path", ckpt,
                  "--model.max_upload_d", "3.5", *QUIET]) == 0

@@ -201,8 +201,17 @@ class FederatedDataModule(pl.LightningDataModule):
         self.setup()
         return TensorBatches(self.split.test_x, self.split.test_y, batch_size=self.eval_batch_size)
 
+    def settings(self) -> dict:
+        """The options that decide what the clients hold (checked when a run resumes)."""
+        opts = self.options
+        return {"dataset": self.dataset, "num_clients": self.num_clients, "partition": self.partition,
+                "dirichlet_rho": self.dirichlet_rho, "samples_per_client": opts.samples_per_client,
+                "val_fraction": self.val_fraction, "synthetic_alpha": opts.synthetic_alpha,
+                "synthetic_beta": opts.synthetic_beta, "image_size": opts.image_size, "augment": opts.augment,
+                "emnist_split": opts.emnist_split, "dataset_args": self.dataset_args or None}
+
     def state_dict(self) -> dict:
-        return {"client_indices": self.client_indices}
+        return {"client_indices": self.client_indices, "settings": self.settings()}
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.setup()
