@@ -6,7 +6,7 @@ reads ``<runs>/<algorithm>/version_N/metrics.csv`` (the newest version of each a
 and writes ``<out>.csv`` (one row per algorithm), ``<out>.md`` (the same as a Markdown
 table) and ``<out>.png`` (val/acc — and train/objective when logged — against comm/upload_d).
 ``--at-d 10,25,50`` adds val/acc (and train/objective) at those budgets: the last evaluation
-with comm/upload_d ≤ the budget. A run that uploads nothing (centralised SGD) has no budget
+with comm/upload_d ≤ the budget (— for a run that stopped before it). A run that uploads nothing (centralised SGD) has no budget
 columns and is drawn as a horizontal line at its final value.
 """
 from __future__ import annotations
@@ -31,8 +31,10 @@ def read_run(folder: Path) -> list[dict]:
 
 
 def at_budget(evaluated: list[dict], budget: float, key: str) -> float:
+    """``key`` at the last evaluation within ``budget``; — (nan) when the run never got that far."""
     within = [r for r in evaluated if r["comm/upload_d"] <= budget + 1e-9]
-    return within[-1][key] if within and evaluated[-1]["comm/upload_d"] > 0 else math.nan
+    reached = evaluated[-1]["comm/upload_d"] >= budget - 1e-6
+    return within[-1][key] if within and reached else math.nan
 
 
 def summarise(name: str, rows: list[dict], target: float, budgets: list[float]) -> dict:
