@@ -152,6 +152,10 @@ class FederatedCLI(LightningCLI):
         self.checkpoint = check_checkpoint(config.get("ckpt_path"))
         if self.checkpoint is None or self.config.subcommand != "fit":
             return
+        saved_seed = self.checkpoint.get("federated", {}).get("seed")
+        if saved_seed is not None and saved_seed != config["seed_everything"]:
+            raise ConfigError("seed_everything", f"is {config['seed_everything']} now but {saved_seed} in the "
+                              f"checkpoint; resume with {saved_seed}, or start a new run without ckpt_path")
         saved = {"model": dict(self.checkpoint.get("hyper_parameters", {})),
                  "data": dict(self.checkpoint.get("FederatedDataModule", {}).get("settings", {}))}
         for group, options in saved.items():
@@ -161,6 +165,11 @@ class FederatedCLI(LightningCLI):
                                       f"checkpoint; resume with {old!r}, or start a new run without ckpt_path")
 
     def _check(self) -> None:  # the checkpoint was already read in _parse_ckpt_path
+        config = self.config_init[self.subcommand]
+        if config.get("weights_only") is False:
+            raise ConfigError("weights_only", "fl-lightning loads checkpoints with weights_only=true only (a pickled "
+                              "object could run code); drop the option")
+        config["weights_only"] = True  # explicit, whatever torch's default
         self.datamodule.check()
         self.model.check_compatible(self.datamodule)
         if getattr(self, "checkpoint", None) is not None:

@@ -27,6 +27,7 @@ from fl_lightning.foreign import LoggedValues, is_lightning, logging_into, netwo
 from fl_lightning.loop import FederatedLoop, LocalConfig
 from fl_lightning.models.timm_models import timm_input_config
 from fl_lightning.plot import save_curve
+from fl_lightning.seeding import run_seed
 
 
 def _positive(field: str, value: float) -> None:
@@ -349,10 +350,17 @@ class FederatedModule(pl.LightningModule):
     # are derived from (seed, round, client), the partition is in the datamodule's state.
     def on_save_checkpoint(self, checkpoint):
         checkpoint["federated"] = {"comm": self.loop.comm.state_dict() if self.loop else None,
-                                   "upload_d_at_target": self.upload_d_at_target, "curve": self._curve}
+                                   "upload_d_at_target": self.upload_d_at_target, "curve": self._curve,
+                                   "seed": run_seed()}
 
     def on_load_checkpoint(self, checkpoint):
+        """Every random draw of a round derives from the run seed: a resume under another seed
+        would silently become a different run, so it stops here."""
         state = checkpoint.get("federated")
+        saved_seed = (state or {}).get("seed")
+        if saved_seed is not None and saved_seed != run_seed():
+            raise ConfigError("seed_everything", f"is {run_seed()} now but {saved_seed} in the checkpoint; resume "
+                              f"with {saved_seed}, or start a new run without ckpt_path")
         if state is not None and state["comm"] is not None:
             self._restored = state
             curve = state.get("curve", {})

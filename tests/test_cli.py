@@ -115,11 +115,30 @@ def test_resume_refuses_changed_algorithm_options_and_takes_the_sound_ones(capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and err == ["fl-lightning: error: data.dirichlet_rho: is 0.1 now but 0.5 in the checkpoint; "
                                  "resume with 0.5, or start a new run without ckpt_path"]
+    code = main(["fit", "--config", QUICKSTART, "--ckpt_path", ckpt, "--seed_everything", "7", *QUIET])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == ["fl-lightning: error: seed_everything: is 7 now but 0 in the checkpoint; resume "
+                                 "with 0, or start a new run without ckpt_path"]
     # max_epochs (trainer) and the upload budget (a stopping rule) take effect
     assert main(["fit", "--config", QUICKSTART, "--trainer.max_epochs", "6", "--ckpt_path", ckpt,
                  "--model.max_upload_d", "3.5", *QUIET]) == 0
     rows = list(csv.DictReader(open("runs/quickstart/version_1/metrics.csv")))
     assert [r["round"] for r in rows] == ["3.0", "4.0"]  # resumed after round 2, stopped by the new budget
+
+
+class RunsCode:
+    """A pickled object that would run code when unpickled."""
+
+    def __reduce__(self):
+        return (os.system, ("touch pwned",))
+
+
+def test_checkpoint_with_code_is_refused_without_running_it(capsys):
+    torch.save({"state_dict": {}, "payload": RunsCode()}, "evil.ckpt")
+    code = main(["fit", "--config", QUICKSTART, "--ckpt_path", "evil.ckpt", *QUIET])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "'evil.ckpt' is not a readable checkpoint" in err[0]
+    assert not os.path.exists("pwned") and not os.path.exists("runs")
 
 
 def test_nan_stops_with_the_round(capsys):
