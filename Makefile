@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.fl-lightning-installed
 
-.PHONY: install run test bench clean
+.PHONY: install run test bench bench-memory clean
 
 install: $(STAMP)
 
@@ -21,6 +21,9 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_loop.py
+
+bench-memory: $(STAMP)
+	$(BIN)/python benchmarks/bench_memory.py
 
 clean:
 	rm -rf $(VENV) runs lightning_logs wandb .fl_cache
