@@ -44,11 +44,14 @@ class ControlVariates(FLCallback):
         rule: ``spec`` or ``authors`` (see the module docstring).
     """
 
+    CHOICES = {"option": ("option1", "option2"), "keep": ("uploaded", "all"), "shared_coefficient": ("mean", "paper"),
+               "rule": ("spec", "authors")}
+
     def __init__(self, option: str = "option2", keep: str = "uploaded", shared_coefficient: str = "mean",
                  block_coefficients: bool = False, rule: str = "spec"):
-        for name, value, choices in (("option", option, ("option1", "option2")), ("keep", keep, ("uploaded", "all")),
-                                     ("shared_coefficient", shared_coefficient, ("paper", "mean")),
-                                     ("rule", rule, ("spec", "authors"))):
+        for name, value in (("option", option), ("keep", keep), ("shared_coefficient", shared_coefficient),
+                            ("rule", rule)):
+            choices = self.CHOICES[name]
             if value not in choices:
                 raise ConfigError(f"ControlVariates({name}=...)", f"unknown {value!r}; choose one of {choices}")
         self.option, self.keep, self.shared_coefficient, self.rule = option, keep, shared_coefficient, rule

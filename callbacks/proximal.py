@@ -5,6 +5,10 @@ Upload and server as FedAvg.
 """
 from __future__ import annotations
 
+from typing import Optional
+
+import torch
+
 from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.errors import ConfigError
 
@@ -20,7 +24,11 @@ class Proximal(FLCallback):
         if mu < 0:
             raise ConfigError("Proximal(mu=...)", f"must be ≥ 0, got {mu}")
         self.mu = mu
+        self._difference: Optional[torch.Tensor] = None
 
     def on_local_gradient(self, loop, client):
-        d = loop.flat.num_params
-        loop.flat.grad.add_(loop.flat.params - loop.global_vector[:d], alpha=self.mu)
+        params = loop.flat.params
+        if self._difference is None or self._difference.device != params.device:
+            self._difference = torch.empty_like(params)  # reused: no allocation in the local step
+        torch.sub(params, loop.global_vector[:params.numel()], out=self._difference)
+        loop.flat.grad.add_(self._difference, alpha=self.mu)

@@ -74,7 +74,6 @@ ALGORITHMS: dict[str, Algorithm] = {
                              lambda s: [PooledTraining()]),
 }
 BLOCK_ALGORITHMS = {name for name, algorithm in ALGORITHMS.items() if algorithm.uses_blocks}
-CHOICES = ("option1", "option2"), ("uploaded", "all"), ("paper", "mean"), ("spec", "authors")
 
 
 def check_algorithm(name: str) -> None:
@@ -91,7 +90,8 @@ def _choice(field: str, value: str, choices: tuple) -> str:
 def resolve(name: str, hp) -> Settings:
     """Fills the options left at None with the preset's defaults and checks them (spec, "FedBCGD+")."""
     check_algorithm(name)
-    rule = _choice("control_rule", hp["control_rule"], CHOICES[3])
+    choices = ControlVariates.CHOICES
+    rule = _choice("control_rule", hp["control_rule"], choices["rule"])
     authors = rule == "authors"
     if authors and name not in ("fedbcgd_plus", "scaffold"):
         raise ConfigError("model.control_rule", f"'authors' is a rule of fedbcgd_plus and scaffold, not {name}")
@@ -123,9 +123,10 @@ def resolve(name: str, hp) -> Settings:
             raise ConfigError(f"model.{field}", f"must be ≥ 0, got {hp[field]}")
     return Settings(
         server_lr=server_lr, server_momentum=momentum, grad_clip=grad_clip,
-        control_variate=_choice("control_variate", hp["control_variate"] or "option2", CHOICES[0]),
-        control_keep=_choice("control_keep", hp["control_keep"] or ("all" if authors else "uploaded"), CHOICES[1]),
-        shared_control_coefficient=_choice("shared_control_coefficient", hp["shared_control_coefficient"], CHOICES[2]),
+        control_variate=_choice("control_variate", hp["control_variate"] or "option2", choices["option"]),
+        control_keep=_choice("control_keep", hp["control_keep"] or ("all" if authors else "uploaded"), choices["keep"]),
+        shared_control_coefficient=_choice("shared_control_coefficient", hp["shared_control_coefficient"],
+                                           choices["shared_coefficient"]),
         control_rule=rule,
         variance_reduction=(not authors) if variance_reduction is None else variance_reduction,
         fedprox_mu=hp["fedprox_mu"], feddc_alpha=hp["feddc_alpha"])

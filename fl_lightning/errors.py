@@ -11,5 +11,12 @@ class ConfigError(FLUserError, ValueError):
         super().__init__(f"{field}: {message}")
 
 
+def check_unchanged(field: str, now, saved) -> None:
+    """At resume: a setting that decides the run must be the checkpoint's (None: not recorded)."""
+    if saved is not None and now != saved:
+        raise ConfigError(field, f"is {now!r} now but {saved!r} in the checkpoint; resume with {saved!r}, or start "
+                          "a new run without ckpt_path")
+
+
 class DivergenceError(FLUserError, FloatingPointError):
     """NaN or inf in the loss or the global model."""

@@ -20,8 +20,8 @@ from pytorch_lightning.loggers import WandbLogger
 
 from fl_lightning.blocks import build_partition
 from fl_lightning.data.datamodule import FederatedDataModule
-from fl_lightning.errors import ConfigError
-from fl_lightning.module import FederatedModule
+from fl_lightning.errors import ConfigError, check_unchanged
+from fl_lightning.module import FederatedModule, run_dirs
 from fl_lightning.progress import RoundProgressBar
 
 TRAINER_DEFAULTS = {
@@ -69,14 +69,11 @@ class SaveRunConfig(SaveConfigCallback):
     overwritten by a later run; W&B also gets the full resolved config as the run's config."""
 
     def save_config(self, trainer, pl_module, stage) -> None:
+        for run_dir in run_dirs(trainer):
+            self.parser.save(self.config, os.path.join(run_dir, self.config_filename), skip_none=False,
+                             overwrite=True, multifile=False)
         for logger in trainer.loggers:
-            wandb = isinstance(logger, WandbLogger)
-            run_dir = logger.experiment.dir if wandb else logger.log_dir
-            if run_dir:
-                os.makedirs(run_dir, exist_ok=True)
-                self.parser.save(self.config, os.path.join(run_dir, self.config_filename), skip_none=False,
-                                 overwrite=True, multifile=False)
-            if wandb:
+            if isinstance(logger, WandbLogger):
                 logger.experiment.config.update(self.config.clone().as_dict(), allow_val_change=True)
 
 
@@ -152,17 +149,13 @@ class FederatedCLI(LightningCLI):
         self.checkpoint = check_checkpoint(config.get("ckpt_path"))
         if self.checkpoint is None or self.config.subcommand != "fit":
             return
-        saved_seed = self.checkpoint.get("federated", {}).get("seed")
-        if saved_seed is not None and saved_seed != config["seed_everything"]:
-            raise ConfigError("seed_everything", f"is {config['seed_everything']} now but {saved_seed} in the "
-                              f"checkpoint; resume with {saved_seed}, or start a new run without ckpt_path")
-        saved = {"model": dict(self.checkpoint.get("hyper_parameters", {})),
-                 "data": dict(self.checkpoint.get("FederatedDataModule", {}).get("settings", {}))}
+        check_unchanged("seed_everything", config["seed_everything"], self.checkpoint.get("federated", {}).get("seed"))
+        saved = {"model": self.checkpoint.get("hyper_parameters", {}),
+                 "data": self.checkpoint.get("FederatedDataModule", {}).get("settings", {})}
         for group, options in saved.items():
             for key, old in options.items():
-                if key in config[group] and key not in TAKES_EFFECT_AT_RESUME and config[group][key] != old:
-                    raise ConfigError(f"{group}.{key}", f"is {config[group][key]!r} now but {old!r} in the "
-                                      f"checkpoint; resume with {old!r}, or start a new run without ckpt_path")
+                if key in config[group] and key not in TAKES_EFFECT_AT_RESUME:
+                    check_unchanged(f"{group}.{key}", config[group][key], old)
 
     def _check(self) -> None:  # the checkpoint was already read in _parse_ckpt_path
         config = self.config_init[self.subcommand]

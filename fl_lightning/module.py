@@ -21,7 +21,7 @@ from torch import nn
 from fl_lightning.algorithms import BLOCK_ALGORITHMS, algorithm_help, build_callbacks, build_server_optimizer, resolve
 from fl_lightning.blocks import build_partition
 from fl_lightning.callbacks.base import FLCallback
-from fl_lightning.errors import ConfigError, DivergenceError
+from fl_lightning.errors import ConfigError, DivergenceError, check_unchanged
 from fl_lightning.flat import FlatModel
 from fl_lightning.foreign import LoggedValues, is_lightning, logging_into, network_optimizer, overrides
 from fl_lightning.loop import FederatedLoop, LocalConfig
@@ -33,6 +33,17 @@ from fl_lightning.seeding import run_seed
 def _positive(field: str, value: float) -> None:
     if not value > 0:
         raise ConfigError(field, f"must be > 0, got {value}")
+
+
+def run_dirs(trainer: pl.Trainer) -> list[str]:
+    """Where each logger keeps this run's files (CSV: version_N/, W&B: the run's files/, synced with it)."""
+    dirs = []
+    for logger in trainer.loggers:
+        run_dir = logger.experiment.dir if isinstance(logger, pl.loggers.WandbLogger) else logger.log_dir
+        if run_dir:
+            os.makedirs(run_dir, exist_ok=True)
+            dirs.append(run_dir)
+    return dirs
 
 
 class FederatedModule(pl.LightningModule):
@@ -204,18 +215,8 @@ class FederatedModule(pl.LightningModule):
                 for key in ("round", "lr", "train/*", "val/*", "test/*", "comm/upload_bytes", "comm/download_bytes",
                             "comm/upload_d_at_target"):
                     experiment.define_metric(key, step_metric="comm/upload_d")
-        for run_dir in self._run_dirs():
+        for run_dir in run_dirs(self.trainer):
             datamodule.save_partition(os.path.join(run_dir, "partition.csv"))
-
-    def _run_dirs(self) -> list[str]:
-        """Where each logger keeps this run's files (W&B: the run's files/, synced with it)."""
-        dirs = []
-        for logger in self.trainer.loggers:
-            run_dir = logger.experiment.dir if isinstance(logger, pl.loggers.WandbLogger) else logger.log_dir
-            if run_dir:
-                os.makedirs(run_dir, exist_ok=True)
-                dirs.append(run_dir)
-        return dirs
 
     def on_train_end(self):
         """Every fit leaves accuracy_vs_upload_d.png in its run directory."""
@@ -224,7 +225,7 @@ class FederatedModule(pl.LightningModule):
         datamodule = self.trainer.datamodule
         title = f"{self.hparams.algorithm}, {datamodule.dataset}, {self.current_epoch} rounds"
         val_is_test = datamodule.split.val_x is None
-        for run_dir in self._run_dirs():
+        for run_dir in run_dirs(self.trainer):
             save_curve(os.path.join(run_dir, "accuracy_vs_upload_d.png"), self._curve["val"], self._curve["test"],
                        title, val_is_test)
 
@@ -288,10 +289,13 @@ class FederatedModule(pl.LightningModule):
         if overrides(self.net, own_hook):  # the network's own validation_step / test_step
             with logging_into(self.net, self._eval_logs):
                 getattr(self.net, own_hook)((x, y), batch_idx)
-        logits = self.net(x)
-        loss = F.cross_entropy(logits.float(), y, reduction="sum")
-        correct = (logits.argmax(-1) == y).sum()
-        self._val_sums.append(torch.stack([loss.detach(), correct.float(), torch.tensor(float(len(y)), device=loss.device)]))
+        self._val_sums.append(self._batch_sums(x, y))
+
+    def _batch_sums(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """[Σ loss, # correct, # samples] of the global model on one (transformed) batch."""
+        logits = self.net(x).float()
+        loss = F.cross_entropy(logits, y, reduction="sum").detach()
+        return torch.stack([loss, (logits.argmax(-1) == y).sum().float(), torch.tensor(float(len(y)), device=x.device)])
 
     def _eval_epoch_end(self, prefix: str):
         loss, correct, count = torch.stack(self._val_sums).sum(0).tolist()
@@ -309,15 +313,13 @@ class FederatedModule(pl.LightningModule):
         """test/acc and test/loss of the global model on the test set (the number papers report)."""
         datamodule, was_training = self.trainer.datamodule, self.net.training
         self.net.eval()
-        loss, correct, count = 0.0, 0.0, 0
+        sums = []
         for x, y in datamodule.test_dataloader():
             x, y = x.to(self.device), y.to(self.device)
             with self.trainer.precision_plugin.forward_context():
-                logits = self.net(datamodule.eval_transform(x)).float()
-            loss += float(F.cross_entropy(logits, y, reduction="sum"))
-            correct += float((logits.argmax(-1) == y).sum())
-            count += len(y)
+                sums.append(self._batch_sums(datamodule.eval_transform(x), y))
         self.net.train(was_training)
+        loss, correct, count = torch.stack(sums).sum(0).tolist()
         return {"test/acc": correct / count, "test/loss": loss / count}
 
     @torch.no_grad()
@@ -357,10 +359,7 @@ class FederatedModule(pl.LightningModule):
         """Every random draw of a round derives from the run seed: a resume under another seed
         would silently become a different run, so it stops here."""
         state = checkpoint.get("federated")
-        saved_seed = (state or {}).get("seed")
-        if saved_seed is not None and saved_seed != run_seed():
-            raise ConfigError("seed_everything", f"is {run_seed()} now but {saved_seed} in the checkpoint; resume "
-                              f"with {saved_seed}, or start a new run without ckpt_path")
+        check_unchanged("seed_everything", run_seed(), (state or {}).get("seed"))
         if state is not None and state["comm"] is not None:
             self._restored = state
             curve = state.get("curve", {})

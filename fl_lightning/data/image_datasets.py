@@ -7,7 +7,7 @@ import os
 
 import torch
 
-from fl_lightning.data.images import STATS, ImageTransform, decode_files, list_folder, to_nchw_uint8
+from fl_lightning.data.images import STATS, ImageTransform, channel_stats, decode_files, list_folder, to_nchw_uint8
 from fl_lightning.data.split import DataOptions, DataSplit
 from fl_lightning.errors import ConfigError
 
@@ -76,9 +76,7 @@ def load_image_folder(opts: DataOptions) -> DataSplit:
     train_paths, train_y, classes = list_folder(_folder(opts.root, "train"))
     test_paths, test_y, _ = list_folder(_folder(opts.root, "test"))
     train_x, test_x = decode_files(train_paths, opts.cache_dir), decode_files(test_paths, opts.cache_dir)
-    pixels = train_x.float().div_(255.0)
-    stats = (tuple(pixels.mean((0, 2, 3)).tolist()), tuple(pixels.std((0, 2, 3)).tolist()))
-    return image_split(train_x, train_y, test_x, test_y, len(classes), stats, opts)
+    return image_split(train_x, train_y, test_x, test_y, len(classes), channel_stats(train_x), opts)
 
 
 def _tiny_root(opts: DataOptions) -> str:

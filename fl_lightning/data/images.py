@@ -90,6 +90,13 @@ def decode_files(paths: list[str], cache_dir: Optional[str]) -> torch.Tensor:
     return images
 
 
+def channel_stats(images: torch.Tensor) -> tuple[tuple, tuple]:
+    """Per-channel (mean, std) in [0, 1] of uint8 N×C×H×W images (the experiments' numbers depend
+    on this exact float32 reduction; keep it)."""
+    pixels = images.float().div_(255.0)
+    return tuple(pixels.mean((0, 2, 3)).tolist()), tuple(pixels.std((0, 2, 3)).clamp_min(1e-6).tolist())
+
+
 def to_nchw_uint8(array) -> torch.Tensor:
     """torchvision's CIFAR ``.data`` (N×H×W×C numpy) or MNIST-like (N×H×W) → uint8 N×C×H×W."""
     tensor = torch.as_tensor(array)

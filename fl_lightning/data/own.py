@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from fl_lightning.data.image_datasets import image_split
-from fl_lightning.data.images import to_nchw_uint8
+from fl_lightning.data.images import channel_stats, to_nchw_uint8
 from fl_lightning.data.split import DataOptions, DataSplit
 from fl_lightning.errors import ConfigError
 
@@ -63,9 +63,7 @@ def split_from_datasets(train_dataset, test_dataset, opts: DataOptions, num_clas
     classes = getattr(train_dataset, "classes", None)
     num_classes = num_classes or (len(classes) if classes else int(max(train_y.max(), test_y.max())) + 1)
     if train_x.dtype == torch.uint8 and train_x.ndim == 4:
-        pixels = train_x.float().div_(255.0)
-        stats = (tuple(pixels.mean((0, 2, 3)).tolist()), tuple(pixels.std((0, 2, 3)).clamp_min(1e-6).tolist()))
-        split = image_split(train_x, train_y, test_x, test_y, num_classes, stats, opts)
+        split = image_split(train_x, train_y, test_x, test_y, num_classes, channel_stats(train_x), opts)
     else:
         split = DataSplit(train_x.float(), train_y, test_x.float(), test_y, num_classes)
     if client_ids is not None:
