@@ -11,7 +11,7 @@ import numpy as np
 
 from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.errors import ConfigError
-from fl_lightning.seeding import derive_seed
+from fl_lightning.seeding import Purpose, derive_seed
 
 
 def _complement(ranges, total):
@@ -44,7 +44,7 @@ class BlockUploadMask(FLCallback):
         if s < n:
             raise ConfigError("model.clients_per_round", f"S={s} < N={n} blocks: every block needs a client; "
                               f"raise S or lower model.num_blocks")
-        order = np.random.default_rng(derive_seed(plan.round, 0xB10C)).permutation(s)
+        order = np.random.default_rng(derive_seed(plan.round, Purpose.BLOCK_ORDER)).permutation(s)
         for position, index in enumerate(order):
             client = plan.clients[index]
             client.info["block"] = position % n

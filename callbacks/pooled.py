@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.loop import ClientTask
-from fl_lightning.seeding import derive_seed
-
-POOLED_PURPOSE = 0xCE47  # seeds the pooled pass's batch order, apart from every client's
+from fl_lightning.seeding import Purpose, derive_seed
 
 
 class PooledTraining(FLCallback):
@@ -19,5 +17,5 @@ class PooledTraining(FLCallback):
         """Replaces the sampled clients with one pooled task: all data, one epoch, nothing sent."""
         everything = [(0, loop.flat.numel)]
         num_samples = len(loop.clients.pooled()[1])
-        plan.clients[:] = [ClientTask(-1, 0, derive_seed(plan.round, POOLED_PURPOSE), num_samples, everything,
+        plan.clients[:] = [ClientTask(-1, 0, derive_seed(plan.round, Purpose.POOLED), num_samples, everything,
                                       local_epochs=1, pooled=True)]

@@ -23,7 +23,8 @@ from fl_lightning.blocks import BlockPartition
 from fl_lightning.comm import CommMeter, Payload, ReceivedSums
 from fl_lightning.data.datamodule import ClientData
 from fl_lightning.flat import FlatModel
-from fl_lightning.seeding import derive_seed
+from fl_lightning.seeding import (Purpose, Stream, derive_seed, generator, global_rng_state, isolated_rng,
+                                  seed_global_rng, set_global_rng_state, stream_seed)
 
 
 @dataclass
@@ -50,12 +51,13 @@ class ClientTask:
     upload: Payload = field(default_factory=Payload)
     steps: int = 0
     loss_sum: torch.Tensor = None
-    batch: tuple = ()  # the current local minibatch (x, y)
+    batch: tuple = ()  # the current local minibatch (x, y), augmented
+    batch_rng_state: Optional[torch.Tensor] = None  # the global RNG before the batch's forward (its dropout mask)
     info: dict = field(default_factory=dict)  # per-algorithm annotations (e.g. the block it owns)
 
     def drop_tensors(self) -> None:
         """Once its upload is summed, a client keeps no model-sized tensors for the rest of the round."""
-        self.upload, self.download, self.batch = Payload(), Payload(), ()
+        self.upload, self.download, self.batch, self.batch_rng_state = Payload(), Payload(), (), None
         self.info = {key: value for key, value in self.info.items() if not isinstance(value, torch.Tensor)}
 
 
@@ -105,7 +107,7 @@ class FederatedLoop:
 
     # -- configure clients (server) -----------------------------------------------------
     def sample_clients(self, round_idx: int) -> list[int]:
-        rng = np.random.default_rng(derive_seed(round_idx, 0x5A3))
+        rng = np.random.default_rng(derive_seed(round_idx, Purpose.SAMPLING))
         return sorted(rng.choice(len(self.clients), self.config.clients_per_round, replace=False).tolist())
 
     def configure_round(self, round_idx: int, lr: float) -> RoundPlan:
@@ -141,12 +143,13 @@ class FederatedLoop:
         self.flat.load(self.global_vector)  # y ← x^r
         client.download.add("model", 0, self.global_vector)
         self.optimizer.state.clear()  # a fresh local optimizer for every client
-        self._call("on_client_start", client)
-        self.train_local(client)
-        delta = self.flat.vector - self.global_vector
-        for start, stop in client.upload_ranges:
-            client.upload.add("delta", start, delta[start:stop])
-        self._call("on_client_end", client)
+        with isolated_rng(self.flat.device):  # dropout draws from the client's own streams only
+            self._call("on_client_start", client)
+            self.train_local(client)
+            delta = self.flat.vector - self.global_vector
+            for start, stop in client.upload_ranges:
+                client.upload.add("delta", start, delta[start:stop])
+            self._call("on_client_end", client)
 
     def data_of(self, client: ClientTask) -> tuple[torch.Tensor, torch.Tensor]:
         return self.clients.pooled() if client.pooled else self.clients.of(client.client_id)
@@ -155,16 +158,18 @@ class FederatedLoop:
         """E local epochs of minibatch SGD on the client's own data (client_step)."""
         x, y = self.data_of(client)
         n, batch = len(y), self.config.batch_size
-        generator = torch.Generator().manual_seed(client.seed)
-        torch.manual_seed(client.seed)  # dropout etc. replay exactly on resume
+        batch_order = generator(client.seed)
+        augmentation = generator(stream_seed(client.seed, Stream.AUGMENTATION), x.device)
+        seed_global_rng(stream_seed(client.seed, Stream.DROPOUT), x.device)
         loss_sum = torch.zeros((), device=x.device)
         flat, optimizer, clip = self.flat, self.optimizer, self.config.grad_clip
         steps = 0
         for _ in range(client.local_epochs):
-            perm = torch.randperm(n, generator=generator).to(x.device)
+            perm = torch.randperm(n, generator=batch_order).to(x.device)
             xs, ys = x[perm], y[perm]
             for start in range(0, n, batch):
-                client.batch = (self.clients.prepare(xs[start:start + batch]), ys[start:start + batch])
+                client.batch = (self.clients.prepare(xs[start:start + batch], augmentation), ys[start:start + batch])
+                client.batch_rng_state = global_rng_state(x.device)
                 with self.forward_context():
                     loss = self.loss_fn(*client.batch)
                 flat.backward(loss)
@@ -187,9 +192,11 @@ class FederatedLoop:
         is still x^r (``on_client_start``)."""
         if "full_gradient" not in client.info:
             x, y = self.data_of(client)
+            augmentation = generator(stream_seed(client.seed, Stream.FULL_GRADIENT_AUGMENTATION), x.device)
+            seed_global_rng(stream_seed(client.seed, Stream.FULL_GRADIENT_DROPOUT), x.device)
             total = torch.zeros_like(self.flat.grad)
             for start in range(0, len(y), self.config.batch_size):
-                xb = self.clients.prepare(x[start:start + self.config.batch_size])
+                xb = self.clients.prepare(x[start:start + self.config.batch_size], augmentation)
                 yb = y[start:start + self.config.batch_size]
                 with self.forward_context():
                     loss = self.loss_fn(xb, yb)
@@ -199,13 +206,17 @@ class FederatedLoop:
         return client.info["full_gradient"]
 
     def gradient_at_global(self, client: ClientTask) -> torch.Tensor:
-        """∇f_i(x^r; ζ) for the current minibatch ζ; the working model y is left unchanged."""
-        saved = self._buffer("saved_vector", self.flat.vector)
+        """∇f_i(x^r; ζ) for the current minibatch ζ — the same augmented inputs and the same dropout
+        mask as ∇f_i(y; ζ); the working model y and the RNG are left as they were."""
+        device = self.flat.device
+        saved, rng_after = self._buffer("saved_vector", self.flat.vector), global_rng_state(device)
         saved.copy_(self.flat.vector)
         self.flat.load(self.global_vector)
+        set_global_rng_state(client.batch_rng_state, device)
         with self.forward_context():
             loss = self.loss_fn(*client.batch)
         grad = self.flat.backward(loss, out=self._scratch_grad())
+        set_global_rng_state(rng_after, device)
         self.flat.load(saved)
         return grad
 

@@ -34,7 +34,7 @@ class ClientData:
     x: torch.Tensor
     y: torch.Tensor
     offsets: list[int]
-    transform: Optional[Callable[[torch.Tensor], torch.Tensor]] = None  # per minibatch, on the device
+    transform: Optional[Callable[..., torch.Tensor]] = None  # (minibatch, generator) → inputs, on the device
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -50,9 +50,10 @@ class ClientData:
         """Every client's samples together (centralised SGD)."""
         return self.x, self.y
 
-    def prepare(self, x: torch.Tensor) -> torch.Tensor:
-        """A stored minibatch as the model sees it (e.g. uint8 images → augmented floats)."""
-        return self.transform(x) if self.transform is not None else x
+    def prepare(self, x: torch.Tensor, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        """A stored minibatch as the model sees it (e.g. uint8 images → floats augmented with draws
+        from ``generator``)."""
+        return self.transform(x, generator) if self.transform is not None else x
 
     def to(self, device) -> "ClientData":
         return ClientData(self.x.to(device), self.y.to(device), self.offsets, self.transform)

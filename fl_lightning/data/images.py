@@ -37,12 +37,13 @@ class ImageTransform:
     image_size: Optional[int] = None
     interpolation: str = "bilinear"  # of the resize; timm models say which (e.g. bicubic)
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        """Augmentation draws from ``generator`` (on x's device), else from torch's global RNG."""
         x = x.float().div_(255.0)
         if self.train and self.crop_padding:
-            x = random_crop(x, self.crop_padding)
+            x = random_crop(x, self.crop_padding, generator)
         if self.train and self.flip:
-            flip = torch.rand(x.shape[0], 1, 1, 1, device=x.device) < 0.5
+            flip = torch.rand(x.shape[0], 1, 1, 1, device=x.device, generator=generator) < 0.5
             x = torch.where(flip, x.flip(3), x)
         if self.image_size is not None and x.shape[-1] != self.image_size:
             x = F.interpolate(x, size=(self.image_size, self.image_size), mode=self.interpolation, align_corners=False)
@@ -51,12 +52,12 @@ class ImageTransform:
         return (x - mean) / std
 
 
-def random_crop(x: torch.Tensor, padding: int) -> torch.Tensor:
+def random_crop(x: torch.Tensor, padding: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
     """Per-sample random crop of the zero-padded batch back to its size (torchvision's RandomCrop)."""
     b, _, h, w = x.shape
     padded = F.pad(x, (padding,) * 4)
-    dy = torch.randint(0, 2 * padding + 1, (b,), device=x.device)
-    dx = torch.randint(0, 2 * padding + 1, (b,), device=x.device)
+    dy = torch.randint(0, 2 * padding + 1, (b,), device=x.device, generator=generator)
+    dx = torch.randint(0, 2 * padding + 1, (b,), device=x.device, generator=generator)
     rows = (dy[:, None] + torch.arange(h, device=x.device))[:, None, :, None]
     cols = (dx[:, None] + torch.arange(w, device=x.device))[:, None, None, :]
     batch = torch.arange(b, device=x.device)[:, None, None, None]
