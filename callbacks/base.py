@@ -11,9 +11,11 @@ An ``FLCallback`` is an ordinary Lightning ``Callback`` (so Lightning saves its
             on_local_gradient(loop, client)    after backward: may change loop.flat.grad
             on_local_step_end(loop, client)    after the optimizer step
         on_client_end(loop, client)        client_final: may change client.upload
+        on_client_reported(loop, client)   server: its upload arrived and is finite; commit client state
     on_server_update(loop, update, received)   server_update: may change `update` in place
     on_round_end(loop, plan)
 
+A round in which no client reports skips the server hooks: nothing changes.
 ``loop.flat`` is the working model as one flat vector (``vector``, ``grad``),
 ``loop.global_vector`` the server model x^r.
 """
@@ -56,6 +58,11 @@ class FLCallback(pl.Callback):
 
     def on_client_end(self, loop: "FederatedLoop", client: "ClientTask") -> None:
         """Client, after local training: ``client.upload`` holds what it will send."""
+
+    def on_client_reported(self, loop: "FederatedLoop", client: "ClientTask") -> None:
+        """Server, once the client's upload arrived and is finite (the working model still holds its y).
+        Keep per-client state (c_i, h_i) here, not in on_client_end: a client that fails to report
+        (client_dropout) or sends NaN/inf is dropped, and its state must stay as it was."""
 
     def on_server_update(self, loop: "FederatedLoop", update: torch.Tensor, received: "ReceivedSums") -> None:
         """Server: ``update`` is the aggregated parameter update, applied as x += η_g·update."""

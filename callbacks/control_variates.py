@@ -105,7 +105,10 @@ class ControlVariates(FLCallback):
             if start < stop:
                 client.upload.add("control", start, sent[start:stop])
                 kept[start:stop] = new[start:stop]
-        self.client_controls[client.client_id] = kept.cpu()
+        client.info["kept_control"] = kept
+
+    def on_client_reported(self, loop, client):
+        self.client_controls[client.client_id] = client.info["kept_control"].cpu()
 
     # -- server ---------------------------------------------------------------------------
     def _coefficient_vector(self, loop) -> torch.Tensor:

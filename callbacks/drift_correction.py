@@ -70,7 +70,7 @@ class DriftCorrection(FLCallback):
     def on_local_gradient(self, loop, client):
         loop.flat.grad.add_(loop.flat.params, alpha=self.alpha).add_(client.info["correction"])
 
-    def on_client_end(self, loop, client):
+    def on_client_reported(self, loop, client):
         d = loop.flat.num_params
         change = loop.flat.vector[:d] - loop.global_vector[:d]
         c_i, c = client.info["control"], self.server_control

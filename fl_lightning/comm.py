@@ -34,6 +34,9 @@ class Payload:
         """Send ``tensor`` as the slice of ``channel`` that begins at ``start``."""
         self.parts.append(Part(channel, start, tensor.reshape(-1)))
 
+    def is_finite(self) -> bool:
+        return all(bool(torch.isfinite(p.tensor).all()) for p in self.parts)
+
     @property
     def nbytes(self) -> int:
         return sum(p.tensor.numel() * p.tensor.element_size() for p in self.parts)
@@ -96,8 +99,13 @@ class CommMeter:
         self.upload_d = 0.0
         self.round_upload_bytes = 0
         self.round_download_bytes = 0
+        self.clients_reported = 0
+        self.clients_dropped = 0
 
-    def add_round(self, upload_bytes: list[int], download_bytes: list[int]) -> None:
+    def add_round(self, upload_bytes: list[int], download_bytes: list[int], clients_dropped: int = 0) -> None:
+        """One entry per sampled client (0 for an upload that never arrived); ``clients_dropped`` of them
+        failed to report or sent NaN/inf."""
+        self.clients_reported, self.clients_dropped = len(upload_bytes) - clients_dropped, clients_dropped
         self.round_upload_bytes = sum(upload_bytes)
         self.round_download_bytes = sum(download_bytes)
         self.upload_bytes += self.round_upload_bytes
@@ -110,6 +118,8 @@ class CommMeter:
             "comm/upload_d": self.upload_d,
             "comm/upload_bytes": float(self.upload_bytes),
             "comm/download_bytes": float(self.download_bytes),
+            "comm/clients_reported": float(self.clients_reported),
+            "comm/clients_dropped": float(self.clients_dropped),
         }
 
     def state_dict(self) -> dict:

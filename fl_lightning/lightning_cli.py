@@ -5,6 +5,7 @@ before any run directory is created.
 """
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import netrc
@@ -13,12 +14,12 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-import torch
 from pytorch_lightning.callbacks import ProgressBar
 from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
 from pytorch_lightning.loggers import WandbLogger
 
 from fl_lightning.blocks import build_partition
+from fl_lightning.checkpoint_io import load_weights_only
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.errors import ConfigError, check_unchanged
 from fl_lightning.module import FederatedModule, run_dirs
@@ -43,14 +44,32 @@ def check_checkpoint(path: Optional[str]) -> Optional[dict]:
         reason = "the file is empty"
     else:
         try:
-            checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            checkpoint = load_weights_only(path, map_location="cpu", mmap=True)
             if isinstance(checkpoint, dict) and "state_dict" in checkpoint:
                 return checkpoint
             reason = "no state_dict in it"
+        except ConfigError:
+            raise
         except Exception as err:  # any failure to read is the user's file, not our bug
             reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
     raise ConfigError("ckpt_path", f"{path!r} is not a readable checkpoint ({reason}); pass a .ckpt file written "
                       "by fl-lightning fit")
+
+
+def newest_checkpoint(trainer_config) -> Optional[str]:
+    """``ckpt_path: last``: the newest checkpoint that any earlier run of this logger wrote
+    (<save_dir>/<name>/<version>/checkpoints/*.ckpt), so a killed run resumes with the same command
+    plus ``--ckpt_path last``. None if there is none (Lightning then looks for its own last.ckpt)."""
+    loggers = trainer_config.get("logger")
+    found = []
+    for logger in loggers if isinstance(loggers, list) else [loggers]:
+        init_args = getattr(logger, "init_args", None)
+        if init_args is None:
+            continue
+        name = init_args.get("project" if logger.class_path.endswith("WandbLogger") else "name") or "lightning_logs"
+        root = os.path.join(init_args.get("save_dir") or ".", str(name))
+        found += glob.glob(os.path.join(glob.escape(root), "*", "checkpoints", "*.ckpt"))
+    return max(found, key=os.path.getmtime, default=None)
 
 
 def check_same_network(checkpoint: dict, model: FederatedModule) -> None:
@@ -146,6 +165,11 @@ class FederatedCLI(LightningCLI):
         if not self.config.get("subcommand"):
             return
         config = self.config[self.config.subcommand]
+        if config.get("ckpt_path") == "last" and self.config.subcommand == "fit":
+            newest = newest_checkpoint(config.get("trainer") or {})
+            if newest is not None:
+                print(f"fl-lightning: resuming from {newest}")
+                config["ckpt_path"] = newest
         self.checkpoint = check_checkpoint(config.get("ckpt_path"))
         if self.checkpoint is None or self.config.subcommand != "fit":
             return

@@ -5,8 +5,9 @@
         y ← x^r                                 client_init   (flat copy)
         T local SGD steps                       client_step   (E epochs × ⌈n/B⌉ batches)
         upload Δ = y − x^r over upload_ranges   client_final
-        received.add(upload)                    summed as it streams in
-    x^{r+1} = server_optimizer.step(g = −Δ̄)   server_update (FLCallbacks may transform Δ̄ first)
+        received.add(upload)                    summed as it streams in, if it arrives and is finite
+    x^{r+1} = server_optimizer.step(g = −Δ̄)   server_update (FLCallbacks may transform Δ̄ first);
+                                              skipped if no client reported
 
 Algorithms change this only through ``FLCallback`` hooks (fl_lightning.callbacks.base).
 """
@@ -18,10 +19,12 @@ from typing import Callable, ContextManager, Optional, Sequence
 
 import numpy as np
 import torch
+from pytorch_lightning.utilities import rank_zero_warn
 
 from fl_lightning.blocks import BlockPartition
 from fl_lightning.comm import CommMeter, Payload, ReceivedSums
 from fl_lightning.data.datamodule import ClientData
+from fl_lightning.errors import DivergenceError
 from fl_lightning.flat import FlatModel
 from fl_lightning.seeding import (Purpose, Stream, derive_seed, generator, global_rng_state, isolated_rng,
                                   seed_global_rng, set_global_rng_state, stream_seed)
@@ -34,6 +37,7 @@ class LocalConfig:
     batch_size: int = 50
     weighted_aggregation: bool = False
     grad_clip: Optional[float] = None  # clip each local gradient's norm (the authors' code: 10)
+    client_dropout: float = 0.0  # probability that a sampled client's upload never arrives
 
 
 @dataclass
@@ -47,6 +51,7 @@ class ClientTask:
     upload_ranges: list[tuple[int, int]]  # slices [start, stop) of the flat model it sends
     local_epochs: int = 1
     pooled: bool = False  # centralised SGD: all clients' data in one place, nothing crosses a network
+    lost: bool = False  # fails to report: it downloads and trains, but its upload never arrives
     download: Payload = field(default_factory=Payload)
     upload: Payload = field(default_factory=Payload)
     steps: int = 0
@@ -115,29 +120,54 @@ class FederatedLoop:
         epochs = self.config.local_epochs
         tasks = [ClientTask(cid, pos, derive_seed(round_idx, cid), self.clients.num_samples(cid), list(everything),
                             epochs) for pos, cid in enumerate(self.sample_clients(round_idx))]
+        if self.config.client_dropout > 0:
+            lost = np.random.default_rng(derive_seed(round_idx, Purpose.FAILURE)).random(len(tasks))
+            for task, draw in zip(tasks, lost):
+                task.lost = bool(draw < self.config.client_dropout)
         plan = RoundPlan(round_idx, lr, tasks)
         self._call("configure_round", plan)
         return plan
 
     # -- one round ----------------------------------------------------------------------
-    def run_round(self, round_idx: int, lr: float) -> torch.Tensor:
-        """Runs round ``round_idx``; returns the mean local training loss (a 0-dim tensor)."""
+    def run_round(self, round_idx: int, lr: float) -> Optional[torch.Tensor]:
+        """Runs round ``round_idx``; returns the reporting clients' mean local training loss (a 0-dim
+        tensor), or None if no client reported (then nothing changed)."""
         plan = self.configure_round(round_idx, lr)
         # "delta": model updates (params and buffers); "control": control-variate updates (params)
         received = ReceivedSums({"delta": self.flat.numel, "control": self.flat.num_params}, self.global_vector.device)
-        loss_sum, steps, up, down = 0.0, 0, [], []
+        loss_sum, steps, up, down, lost, non_finite = 0.0, 0, [], [], 0, 0
         for client in plan.clients:
             self.run_client(client)
-            received.add(client.upload, delta_weight=client.num_samples if self.config.weighted_aggregation else 1.0)
-            loss_sum, steps = client.loss_sum + loss_sum, steps + client.steps
-            up.append(0 if client.pooled else client.upload.nbytes)
+            if client.lost:
+                lost += 1
+            elif not client.upload.is_finite():  # dropped, not averaged into the model
+                non_finite += 1
+            else:
+                received.add(client.upload, delta_weight=client.num_samples if self.config.weighted_aggregation else 1.0)
+                self._call("on_client_reported", client)
+                loss_sum, steps = client.loss_sum + loss_sum, steps + client.steps
+            up.append(0 if client.pooled or client.lost else client.upload.nbytes)
             down.append(0 if client.pooled else client.download.nbytes)
             client.drop_tensors()
-        self.comm.add_round(up, down)
-        self.server_update(received)
+        self.comm.add_round(up, down, clients_dropped=lost + non_finite)
+        self._report_drops(round_idx, len(plan.clients), lost, non_finite)
+        reported = len(plan.clients) - lost - non_finite
+        if reported:
+            self.server_update(received)
         self.flat.load(self.global_vector)
         self._call("on_round_end", plan)
-        return loss_sum / max(steps, 1)
+        return loss_sum / steps if reported else None
+
+    @staticmethod
+    def _report_drops(round_idx: int, sampled: int, lost: int, non_finite: int) -> None:
+        if non_finite and non_finite == sampled - lost:
+            raise DivergenceError(f"round {round_idx + 1}: every client's update was NaN/inf; lower model.lr or "
+                                  "model.server_lr")
+        if non_finite:
+            rank_zero_warn(f"round {round_idx + 1}: dropped {non_finite} client update(s) with NaN/inf")
+        if lost == sampled:
+            rank_zero_warn(f"round {round_idx + 1}: none of the {sampled} sampled clients reported; the global "
+                           "model and the algorithm's state are unchanged this round")
 
     def run_client(self, client: ClientTask) -> None:
         self.flat.load(self.global_vector)  # y ← x^r
@@ -239,10 +269,21 @@ class FederatedLoop:
         update = mean[:d]
         self._call("on_server_update", update, received)
         server_params = self.server_optimizer.param_groups[0]["params"][0]
+        unreported = received.weight("delta")[:d] == 0  # e.g. a FedBCGD block whose clients all dropped
+        kept = self._server_coordinates(unreported) if bool(unreported.any()) else []
         server_params.grad = update.neg_()
         self.server_optimizer.step()
         server_params.grad = None
+        for tensor, values in kept:  # a coordinate nobody reported stays as it was: x, momentum, moments
+            tensor[unreported] = values
         self.global_vector[d:].add_(mean[d:])
+
+    def _server_coordinates(self, mask: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(tensor, its values at ``mask``) for x^r's parameters and the server optimizer's state of them."""
+        params = self.server_optimizer.param_groups[0]["params"][0]
+        state = self.server_optimizer.state.get(params, {})
+        tensors = [params] + [t for t in state.values() if isinstance(t, torch.Tensor) and t.shape == params.shape]
+        return [(tensor, tensor[mask].clone()) for tensor in tensors]
 
     def is_finite(self) -> bool:
         return bool(torch.isfinite(self.global_vector).all())

@@ -8,7 +8,9 @@ Validation evaluates the global model on the global test split.
 """
 from __future__ import annotations
 
+import math
 import os
+import pickle
 from typing import Optional, Union
 
 import pytorch_lightning as pl
@@ -20,6 +22,7 @@ from torch import nn
 
 from fl_lightning.algorithms import BLOCK_ALGORITHMS, algorithm_help, build_callbacks, build_server_optimizer, resolve
 from fl_lightning.blocks import build_partition
+from fl_lightning.checkpoint_io import install as install_safe_checkpoint_io, refusal as checkpoint_refusal
 from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.errors import ConfigError, DivergenceError, check_unchanged
 from fl_lightning.flat import FlatModel
@@ -67,6 +70,9 @@ class FederatedModule(pl.LightningModule):
         server_optimizer: any torch.optim class (path) with its init args, stepped on the pseudo-gradient −Δ̄
             each round; replaces the preset's (then leave server_lr/server_momentum unset).
         weighted_aggregation: weight client updates Δ by sample count instead of a plain mean.
+        client_dropout: p, the probability that a sampled client fails to report (seeded per round): it
+            trains, but its upload never arrives. Updates with NaN/inf are dropped too. The server
+            aggregates what arrived; a round where nobody reports changes nothing.
         max_upload_d: stop once ``comm/upload_d`` reaches this budget (paper: 1000).
         target_accuracy: log ``comm/upload_d_at_target`` when val/acc first reaches it.
         test_every_n_rounds: also log test/* (the test set) every n rounds; it is always logged after the last.
@@ -91,7 +97,7 @@ class FederatedModule(pl.LightningModule):
                  weight_decay: float = 1e-3, client_momentum: float = 0.0, local_optimizer: str = "sgd",
                  server_lr: Optional[float] = None,
                  server_momentum: Optional[float] = None, server_optimizer: Optional[OptimizerCallable] = None,
-                 weighted_aggregation: bool = False,
+                 weighted_aggregation: bool = False, client_dropout: float = 0.0,
                  max_upload_d: Optional[float] = None, target_accuracy: Optional[float] = None,
                  test_every_n_rounds: Optional[int] = None, num_blocks: Optional[int] = None, block_division: Union[str, dict] = "auto",
                  shared_block: bool = True, control_variate: Optional[str] = None, control_keep: Optional[str] = None,
@@ -111,6 +117,8 @@ class FederatedModule(pl.LightningModule):
         _positive("model.lr_decay", lr_decay)
         if weight_decay < 0:
             raise ConfigError("model.weight_decay", f"must be ≥ 0, got {weight_decay}")
+        if not 0.0 <= client_dropout < 1.0:
+            raise ConfigError("model.client_dropout", f"must be in [0, 1), got {client_dropout}")
         if max_upload_d is not None:
             _positive("model.max_upload_d", max_upload_d)
         if local_optimizer not in ("sgd", "network") or (local_optimizer == "network" and not is_lightning(network)):
@@ -138,6 +146,20 @@ class FederatedModule(pl.LightningModule):
         super()._apply(fn, *args, **kwargs)
         self.flat.rebind()  # a device/dtype move gives parameters new storage
         return self
+
+    def setup(self, stage: str) -> None:
+        install_safe_checkpoint_io(self.trainer)  # atomic writes, weights-only reads: CLI and Python alike
+
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path, map_location=None, hparams_file=None, strict=None,
+                             weights_only: bool = True, **kwargs):
+        """Lightning's, always with ``weights_only=True`` (pass ``network=`` your model: it is not pickled)."""
+        if weights_only is not True:
+            raise ConfigError("weights_only", "fl-lightning loads checkpoints with weights_only=True only")
+        try:
+            return super().load_from_checkpoint(checkpoint_path, map_location, hparams_file, strict, True, **kwargs)
+        except pickle.UnpicklingError as err:
+            raise checkpoint_refusal(checkpoint_path, err) from None
 
     def configure_callbacks(self):
         return build_callbacks(self.hparams.algorithm, self.settings)
@@ -213,7 +235,7 @@ class FederatedModule(pl.LightningModule):
                 experiment = logger.experiment
                 experiment.define_metric("comm/upload_d")
                 for key in ("round", "lr", "train/*", "val/*", "test/*", "comm/upload_bytes", "comm/download_bytes",
-                            "comm/upload_d_at_target"):
+                            "comm/upload_d_at_target", "comm/clients_*"):
                     experiment.define_metric(key, step_metric="comm/upload_d")
         for run_dir in run_dirs(self.trainer):
             datamodule.save_partition(os.path.join(run_dir, "partition.csv"))
@@ -233,7 +255,7 @@ class FederatedModule(pl.LightningModule):
         fl_callbacks = [cb for cb in self.trainer.callbacks if isinstance(cb, FLCallback)]
         hp = self.hparams
         config = LocalConfig(hp.clients_per_round, hp.local_epochs, hp.batch_size, hp.weighted_aggregation,
-                             self.settings.grad_clip)
+                             self.settings.grad_clip, hp.client_dropout)
         self.global_vector.copy_(self.flat.vector)  # x^r: the network holds it (restored on resume)
         server, local = self.optimizers()
         self.loop = FederatedLoop(self.flat, self.trainer.datamodule.clients.to(self.device), self.local_loss,
@@ -249,9 +271,9 @@ class FederatedModule(pl.LightningModule):
         self.net.train()
         lr = self.loop.optimizer.param_groups[0]["lr"]
         with logging_into(self.net, self._train_logs):
-            self._train_loss = float(self.loop.run_round(round_idx, lr))
-        self._lr = lr
-        if not (torch.isfinite(torch.tensor(self._train_loss)) and self.loop.is_finite()):
+            loss = self.loop.run_round(round_idx, lr)
+        self._train_loss, self._lr = None if loss is None else float(loss), lr  # None: nobody reported
+        if not (loss is None or math.isfinite(self._train_loss)) or not self.loop.is_finite():
             raise DivergenceError(f"round {round_idx + 1}: the training loss or the global model became NaN/inf "
                                   f"(train/loss={self._train_loss}); lower model.lr or model.server_lr")
         self.lr_schedulers().step()
@@ -264,8 +286,10 @@ class FederatedModule(pl.LightningModule):
 
     def on_train_epoch_end(self):
         """One logger row per round: progress, communication, and the round's validation."""
-        row = {**self._train_logs.pop_means(), "round": float(self.current_epoch + 1), "train/loss": self._train_loss,
-               "lr": self._lr, **self.loop.comm.metrics(), **self._val_metrics}
+        row = {**self._train_logs.pop_means(), "round": float(self.current_epoch + 1), "lr": self._lr,
+               **self.loop.comm.metrics(), **self._val_metrics}
+        if self._train_loss is not None:
+            row["train/loss"] = self._train_loss
         rounds, every, max_rounds = self.current_epoch + 1, self.hparams.test_every_n_rounds, self.trainer.max_epochs
         last = self.trainer.should_stop or (max_rounds is not None and 0 <= max_rounds <= rounds)
         if last or (every and rounds % every == 0):

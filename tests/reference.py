@@ -53,7 +53,11 @@ class Recorder(FLCallback):
         self.rounds.append([])
 
     def on_client_start(self, loop, client):
-        self.rounds[-1].append({"client": client.client_id, "block": client.info.get("block"), "batches": []})
+        self.rounds[-1].append({"client": client.client_id, "block": client.info.get("block"), "batches": [],
+                                "lost": client.lost, "reported": False})
+
+    def on_client_reported(self, loop, client):
+        self.rounds[-1][-1]["reported"] = True
 
     def on_local_gradient(self, loop, client):
         self.rounds[-1][-1]["batches"].append(tuple(t.clone() for t in client.batch))
@@ -69,9 +73,9 @@ def data():
     return DataSplit(x, y, x, y, 3), [torch.arange(4 * i, 4 * i + 4) for i in range(M)]
 
 
-def run_library(algorithm, rounds=2, **hp):
+def run_library(algorithm, rounds=2, split_and_parts=None, **hp):
     torch.manual_seed(0)
-    split, parts = data()
+    split, parts = split_and_parts or data()
     settings = dict(clients_per_round=S, local_epochs=1, batch_size=2, lr=LR, lr_decay=DECAY, weight_decay=WD,
                     block_division=BLOCKS)
     module = FederatedModule(Tiny(), algorithm=algorithm, **{**settings, **hp})
@@ -107,13 +111,18 @@ def _clip(g, max_norm):
     return {k: t * scale for k, t in g.items()}
 
 
-def run_reference(initial, recorder, rule: Rule):
-    """The spec, written out. Returns the final server state and every client's state."""
-    split, parts = data()
+def run_reference(initial, recorder, rule: Rule, split_and_parts=None):
+    """The spec, written out. Returns the final server state and every client's state.
+
+    Failures (issue 9): a client whose upload was lost (the library's seeded draw, recorded) or whose
+    update is not finite (decided here) reports nothing and keeps its state; a coordinate nobody
+    reported keeps x and v; a round where nobody reported changes nothing."""
+    split, parts = split_and_parts or data()
     x = copy.deepcopy(initial)
     v, c = _zeros(x), _zeros(x)
     c_client = {i: _zeros(x) for i in range(M)}
     drift = {i: _zeros(x) for i in range(M)}
+    server_updates = 0
     for r, clients in enumerate(recorder.rounds):
         lr = LR * DECAY ** r
         delta_sum, dc_sum = _zeros(x), _zeros(x)
@@ -142,6 +151,10 @@ def run_reference(initial, recorder, rule: Rule):
                     y[k] = y[k] - lr * (g[k] + WD * y[k])
                     if rule.controls == "authors":
                         y[k] = y[k] - (c[k] - c_client[i][k])
+            rec["expected_local_change"] = {k: y[k] - x[k] for k in x}
+            rec["expected_reported"] = not rec["lost"] and all(bool(torch.isfinite(y[k]).all()) for k in x)
+            if not rec["expected_reported"]:
+                continue
             for k in sends:
                 delta_sum[k] += y[k] - x[k]
                 delta_count[k] += 1
@@ -158,8 +171,11 @@ def run_reference(initial, recorder, rule: Rule):
                 c_client[i] = new if keep else {k: new[k] if k in sends else c_client[i][k] for k in x}
             if rule.feddc_alpha is not None:
                 drift[i] = {k: drift[i][k] + y[k] - x[k] for k in x}
-            rec["expected_local_change"] = {k: y[k] - x[k] for k in x}
+        if not any(rec["expected_reported"] for rec in clients):
+            continue
         for k in x:
+            if delta_count[k] == 0:
+                continue  # a block nobody reported: x, v and c keep their values
             update = delta_sum[k] / delta_count[k]
             if rule.feddc_alpha is not None:
                 update = update + sum(drift[i][k] for i in range(M)) / M
@@ -167,10 +183,11 @@ def run_reference(initial, recorder, rule: Rule):
             x[k] = x[k] + v[k]
             if rule.controls == "authors":
                 mean = dc_sum[k] / delta_count[k]
-                c[k] = mean if r == 0 else c[k] + 0.1 * mean
+                c[k] = mean if server_updates == 0 else c[k] + 0.1 * mean
             elif rule.controls or rule.feddc_alpha is not None:
                 paper = rule.blocks and rule.shared_coefficient == "paper" and BLOCK_OF[k] == "s"
                 c[k] = c[k] + dc_sum[k] / (M * N if paper else M)
+        server_updates += 1
     return {"x": x, "v": v, "c": c, "c_client": c_client, "drift": drift}
 
 

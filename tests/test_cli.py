@@ -137,7 +137,7 @@ def test_checkpoint_with_code_is_refused_without_running_it(capsys):
     torch.save({"state_dict": {}, "payload": RunsCode()}, "evil.ckpt")
     code = main(["fit", "--config", QUICKSTART, "--ckpt_path", "evil.ckpt", *QUIET])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and "'evil.ckpt' is not a readable checkpoint" in err[0]
+    assert code == 2 and len(err) == 1 and "'evil.ckpt' carries pickled Python objects that could run code" in err[0]
     assert not os.path.exists("pwned") and not os.path.exists("runs")
 
 

@@ -8,6 +8,7 @@ The partition is part of ``state_dict()``, so a checkpoint restores it exactly.
 from __future__ import annotations
 
 import csv
+import hashlib
 import os
 from dataclasses import dataclass, replace
 from typing import Callable, Optional, Sequence
@@ -21,7 +22,7 @@ from fl_lightning.data.datasets import DATASETS, check_dataset, check_name
 from fl_lightning.data.own import load_by_class_path, split_from_datasets
 from fl_lightning.data.split import DataOptions, DataSplit
 from fl_lightning.data.partition import class_histogram, dirichlet_partition, iid_partition
-from fl_lightning.errors import ConfigError
+from fl_lightning.errors import ConfigError, check_unchanged
 from fl_lightning.seeding import run_seed
 
 PARTITIONS = ("dirichlet", "iid")
@@ -133,6 +134,7 @@ class FederatedDataModule(pl.LightningDataModule):
         self.split: Optional[DataSplit] = None
         self.client_indices: Optional[list[torch.Tensor]] = None
         self.clients: Optional[ClientData] = None
+        self._fingerprint: Optional[str] = None
 
     @classmethod
     def from_tensors(cls, split: DataSplit, client_indices: Optional[list[torch.Tensor]] = None,
@@ -212,11 +214,32 @@ class FederatedDataModule(pl.LightningDataModule):
                 "emnist_split": opts.emnist_split, "dataset_args": self.dataset_args or None}
 
     def state_dict(self) -> dict:
-        return {"client_indices": self.client_indices, "settings": self.settings()}
+        return {"client_indices": self.client_indices, "settings": self.settings(), "fingerprint": self.fingerprint()}
 
     def load_state_dict(self, state_dict: dict) -> None:
+        """A run resumes only on the clients it started with: same settings, and — whatever the
+        settings say — the same samples and labels in every client (the fingerprint)."""
+        for key, saved in state_dict.get("settings", {}).items():
+            check_unchanged(f"data.{key}", self.settings().get(key), saved)
         self.setup()
+        saved = state_dict.get("fingerprint")
+        if saved is not None and saved != self.fingerprint():
+            raise ConfigError("data", f"the clients' data differ from the checkpoint's (fingerprint {self.fingerprint()}"
+                              f" now, {saved} in the checkpoint): the data files or the partition changed; resume "
+                              "with the data the run started with, or start a new run without ckpt_path")
         self._set_partition(state_dict["client_indices"])
+
+    def fingerprint(self) -> str:
+        """A digest of every client's samples and labels, in order (computed once per partition)."""
+        if self._fingerprint is None:
+            digest = hashlib.blake2b(digest_size=12)
+            clients = self.clients
+            digest.update(np.asarray(clients.offsets, dtype=np.int64).tobytes())
+            for tensor in (clients.y, clients.x):
+                digest.update(str((tensor.dtype, tuple(tensor.shape))).encode())
+                digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+            self._fingerprint = digest.hexdigest()
+        return self._fingerprint
 
     # -- partition --------------------------------------------------------------------
     @property
@@ -236,6 +259,7 @@ class FederatedDataModule(pl.LightningDataModule):
 
     def _set_partition(self, client_indices: list[torch.Tensor]) -> None:
         self.client_indices = [idx.cpu() for idx in client_indices]
+        self._fingerprint = None
         order = torch.cat(self.client_indices)
         offsets = np.concatenate([[0], np.cumsum([len(i) for i in self.client_indices])]).tolist()
         self.clients = ClientData(self.split.train_x[order], self.split.train_y[order], offsets,
