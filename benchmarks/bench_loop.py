@@ -5,6 +5,10 @@ SGD (lr 0.05, weight decay 1e-3). The FL side runs real rounds through a Lightni
 (validation off); the plain side trains one model on the same samples with the same batch
 size and optimizer. Rounds of the two are interleaved and the median round time of each is
 compared, so machine noise hits both alike. Target: ratio ≥ 0.90.
+
+Compressed uploads (issue 10) are timed the same way: FedAvg rounds with Top-k (10 %, error
+feedback) and with QSGD (s = 255, buckets of 512) against uncompressed FedAvg rounds.
+Target: at most 1.2× the uncompressed round.
 """
 from __future__ import annotations
 
@@ -57,11 +61,11 @@ def plain_round(model, optimizer, x, y, generator) -> float:
     return time.perf_counter() - start
 
 
-def fl_rounds(x, y, rounds: int) -> list[float]:
+def fl_rounds(x, y, rounds: int, algorithm: str = "fedavg") -> list[float]:
     split = DataSplit(x, y, x[:BATCH], y[:BATCH], 10)
     clients = [torch.arange(c * PER_CLIENT, (c + 1) * PER_CLIENT) for c in range(CLIENTS)]
     data = FederatedDataModule.from_tensors(split, clients)
-    module = FederatedModule(LeNet5(), algorithm="fedavg", clients_per_round=CLIENTS, local_epochs=1,
+    module = FederatedModule(LeNet5(), algorithm=algorithm, clients_per_round=CLIENTS, local_epochs=1,
                              batch_size=BATCH, lr=LR, weight_decay=WD)
     timer = RoundTimer()
     trainer = pl.Trainer(max_epochs=rounds, accelerator="cpu", logger=False, enable_checkpointing=False,
@@ -84,16 +88,22 @@ def main() -> None:
     generator = torch.Generator().manual_seed(0)
     plain_round(model, optimizer, x, y, generator)  # warm-up
     fl_rounds(x, y, 1)  # warm-up
-    plain, fl = [], []
+    plain, fl, compressed = [], [], {"topk": [], "fedpaq": []}
     for _ in range(args.repeats):
         plain.append(plain_round(model, optimizer, x, y, generator))
         fl.extend(fl_rounds(x, y, 1))
+        for algorithm, times in compressed.items():
+            times.extend(fl_rounds(x, y, 1, algorithm))
     samples = CLIENTS * PER_CLIENT
     plain_rate, fl_rate = samples / statistics.median(plain), samples / statistics.median(fl)
     print(f"threads: {torch.get_num_threads()}, samples per round: {samples}, rounds measured: {args.repeats} each")
     print(f"plain PyTorch loop : {plain_rate:8.1f} samples/s  (round times {', '.join(f'{t:.2f}s' for t in plain)})")
     print(f"fl-lightning loop  : {fl_rate:8.1f} samples/s  (round times {', '.join(f'{t:.2f}s' for t in fl)})")
     print(f"ratio fl/plain     : {fl_rate / plain_rate:.3f}  (target ≥ 0.90)")
+    for algorithm, times in compressed.items():
+        ratio = statistics.median(times) / statistics.median(fl)
+        print(f"{algorithm:6s} round / fedavg round: {ratio:.3f}  (target ≤ 1.2; round times "
+              f"{', '.join(f'{t:.2f}s' for t in times)})")
 
 
 if __name__ == "__main__":

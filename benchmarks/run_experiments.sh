@@ -3,6 +3,8 @@
 #   benchmarks/run_experiments.sh convex     # MNIST logistic regression, lr 0.03, every algorithm, 100 d each
 #   ROUNDS=30 benchmarks/run_experiments.sh cifar   # LeNet-5 on the CIFAR-10 JPEG copy, lr 0.1, every
 #                                                   # algorithm ROUNDS rounds (default 100), centralised ROUNDS/10
+#   BUDGET=5 benchmarks/run_experiments.sh table6   # paper Table 6 on the same setting: block upload vs
+#                                                   # compression, every method to the same BUDGET d
 # Extra arguments go to every fl-lightning call. Runs land in runs/<experiment>/<name>/;
 # benchmarks/report.py turns them into docs/.
 set -euo pipefail
@@ -29,5 +31,11 @@ case "${1:-}" in
       run $C $E/$algorithm --model.algorithm $algorithm --trainer.max_epochs $R "${@:2}"
     done
     run $C $E/centralized --model.algorithm centralized --trainer.max_epochs $((R / 10)) "${@:2}" ;;
-  *) echo "usage: $0 convex|cifar [extra fl-lightning options]" >&2; exit 2 ;;
+  table6)
+    C=configs/experiments/cifar10_lenet5.yaml; E=cifar10_table6
+    for algorithm in fedavg topk fedpaq fedbcgd fedbcgd_qsgd fedbcgd_plus fedbcgd_plus_qsgd; do
+      run $C $E/$algorithm --model.algorithm $algorithm --model.max_upload_d "${BUDGET:-5}" \
+        --trainer.max_epochs 1000 --trainer.check_val_every_n_epoch 1 "${@:2}"
+    done ;;
+  *) echo "usage: $0 convex|cifar|table6 [extra fl-lightning options]" >&2; exit 2 ;;
 esac

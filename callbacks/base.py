@@ -11,6 +11,7 @@ An ``FLCallback`` is an ordinary Lightning ``Callback`` (so Lightning saves its
             on_local_gradient(loop, client)    after backward: may change loop.flat.grad
             on_local_step_end(loop, client)    after the optimizer step
         on_client_end(loop, client)        client_final: may change client.upload
+        on_upload(loop, client)            client, last: encode client.upload for the wire (compression)
         on_client_reported(loop, client)   server: its upload arrived and is finite; commit client state
     on_server_update(loop, update, received)   server_update: may change `update` in place
     on_round_end(loop, plan)
@@ -58,6 +59,9 @@ class FLCallback(pl.Callback):
 
     def on_client_end(self, loop: "FederatedLoop", client: "ClientTask") -> None:
         """Client, after local training: ``client.upload`` holds what it will send."""
+
+    def on_upload(self, loop: "FederatedLoop", client: "ClientTask") -> None:
+        """Client, after every on_client_end: replace client.upload's parts by what is really sent."""
 
     def on_client_reported(self, loop: "FederatedLoop", client: "ClientTask") -> None:
         """Server, once the client's upload arrived and is finite (the working model still holds its y).

@@ -14,8 +14,9 @@ from typing import Callable, Optional
 
 import torch
 
-from fl_lightning.callbacks import (BlockUploadMask, ControlVariates, DriftCorrection, FLCallback, PooledTraining,
-                                    Proximal, VarianceReduction)
+from fl_lightning.callbacks import (BlockUploadMask, CompressedUpload, ControlVariates, DriftCorrection, FLCallback,
+                                    PooledTraining, Proximal, VarianceReduction)
+from fl_lightning.callbacks.compression import METHODS as COMPRESSION_METHODS
 from fl_lightning.errors import ConfigError
 from fl_lightning.server_optimizers import FedAdam, FedYogi
 
@@ -34,6 +35,11 @@ class Settings:
     variance_reduction: bool = True
     fedprox_mu: float = 0.01
     feddc_alpha: float = 0.01
+    compression: Optional[str] = None  # topk | randk | qsgd | None
+    compression_k: float = 0.1
+    qsgd_levels: int = 255
+    qsgd_bucket_size: Optional[int] = 512
+    error_feedback: bool = False
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,7 @@ class Algorithm:
     callbacks: Callable[[Settings], list[FLCallback]]
     server: str = "sgd"  # sgd (x + η_g Δ̄) | momentum (SGD with momentum λ) | fedadam | fedyogi
     uses_blocks: bool = False
+    compression: Optional[str] = None  # the preset's model.compression
 
 
 def _controls(s: Settings, blocks: bool) -> ControlVariates:
@@ -70,6 +77,14 @@ ALGORITHMS: dict[str, Algorithm] = {
                                   lambda s: [BlockUploadMask(freeze_other_blocks=True)], "momentum", uses_blocks=True),
     "fedbcgd_plus": Algorithm("FedBCGD+: FedBCGD with block control variates and SVRG", "≈ 2d/N", _fedbcgd_plus,
                               "momentum", uses_blocks=True),
+    "topk": Algorithm("FedAvg uploading its k largest entries, with error feedback (Aji & Heafield 2017; model.compression_k)",
+                      "2k", lambda s: [], compression="topk"),
+    "fedpaq": Algorithm("FedAvg with QSGD quantised uploads (Reisizadeh et al. 2020; model.qsgd_levels)",
+                        "≈ d(1 + ⌈log₂(s+1)⌉)/32", lambda s: [], compression="qsgd"),
+    "fedbcgd_qsgd": Algorithm("FedBCGD with its uploaded blocks QSGD quantised (paper Table 6)", "≈ FedBCGD·9/32",
+                              lambda s: [BlockUploadMask()], "momentum", uses_blocks=True, compression="qsgd"),
+    "fedbcgd_plus_qsgd": Algorithm("FedBCGD+ with its uploaded blocks (Δ and Δc) QSGD quantised (paper Table 6)",
+                                   "≈ FedBCGD+·9/32", _fedbcgd_plus, "momentum", uses_blocks=True, compression="qsgd"),
     "centralized": Algorithm("Centralised SGD on the pooled data, one pass per round (reference row)", "0",
                              lambda s: [PooledTraining()]),
 }
@@ -87,9 +102,39 @@ def _choice(field: str, value: str, choices: tuple) -> str:
     return value
 
 
+def check_ranges(hp) -> None:
+    """Options that are wrong whatever the algorithm: one line each."""
+    at_least_one = ("clients_per_round", "local_epochs", "batch_size", "test_every_n_rounds", "qsgd_levels",
+                    "qsgd_bucket_size")
+    for field in at_least_one:
+        if hp.get(field) is not None and hp[field] < 1:
+            raise ConfigError(f"model.{field}", f"must be ≥ 1, got {hp[field]}")
+    for field in ("lr", "lr_decay", "max_upload_d", "compression_k"):
+        if hp.get(field) is not None and not hp[field] > 0:
+            raise ConfigError(f"model.{field}", f"must be > 0, got {hp[field]}")
+    for field in ("weight_decay", "fedprox_mu", "feddc_alpha"):
+        if hp[field] < 0:
+            raise ConfigError(f"model.{field}", f"must be ≥ 0, got {hp[field]}")
+    if hp["qsgd_levels"] > 16383:
+        raise ConfigError("model.qsgd_levels", f"must be ≤ 16383 (15-bit codes), got {hp['qsgd_levels']}")
+    if not 0.0 <= hp["client_dropout"] < 1.0:
+        raise ConfigError("model.client_dropout", f"must be in [0, 1), got {hp['client_dropout']}")
+
+
+def _compression(name: str, hp) -> Optional[str]:
+    """The preset's compression unless model.compression says otherwise (``none`` switches it off)."""
+    chosen = hp["compression"] if hp["compression"] is not None else ALGORITHMS[name].compression
+    if chosen is not None and chosen != "none":
+        _choice("compression", chosen, COMPRESSION_METHODS + ("none",))
+    if chosen is not None and name == "centralized":
+        raise ConfigError("model.compression", "centralized SGD sends nothing to compress; leave it unset")
+    return None if chosen == "none" else chosen
+
+
 def resolve(name: str, hp) -> Settings:
     """Fills the options left at None with the preset's defaults and checks them (spec, "FedBCGD+")."""
     check_algorithm(name)
+    check_ranges(hp)
     choices = ControlVariates.CHOICES
     rule = _choice("control_rule", hp["control_rule"], choices["rule"])
     authors = rule == "authors"
@@ -118,9 +163,8 @@ def resolve(name: str, hp) -> Settings:
                           "unset and weighted_aggregation off")
     grad_clip = hp["grad_clip"] if hp["grad_clip"] is not None else (10.0 if authors else None)
     variance_reduction = hp["variance_reduction"]
-    for field in ("fedprox_mu", "feddc_alpha"):
-        if hp[field] < 0:
-            raise ConfigError(f"model.{field}", f"must be ≥ 0, got {hp[field]}")
+    compression = _compression(name, hp)
+    error_feedback = hp["error_feedback"] if hp["error_feedback"] is not None else compression == "topk"
     return Settings(
         server_lr=server_lr, server_momentum=momentum, grad_clip=grad_clip,
         control_variate=_choice("control_variate", hp["control_variate"] or "option2", choices["option"]),
@@ -129,11 +173,16 @@ def resolve(name: str, hp) -> Settings:
                                            choices["shared_coefficient"]),
         control_rule=rule,
         variance_reduction=(not authors) if variance_reduction is None else variance_reduction,
-        fedprox_mu=hp["fedprox_mu"], feddc_alpha=hp["feddc_alpha"])
+        fedprox_mu=hp["fedprox_mu"], feddc_alpha=hp["feddc_alpha"], compression=compression,
+        compression_k=hp["compression_k"], qsgd_levels=hp["qsgd_levels"], qsgd_bucket_size=hp["qsgd_bucket_size"],
+        error_feedback=error_feedback)
 
 
-def build_callbacks(name: str, settings: Settings) -> list[FLCallback]:
-    return ALGORITHMS[name].callbacks(settings)
+def build_callbacks(name: str, s: Settings) -> list[FLCallback]:
+    """The preset's callbacks; compression last, on what they upload."""
+    compression = [CompressedUpload(s.compression, s.compression_k, s.qsgd_levels, s.qsgd_bucket_size,
+                                    s.error_feedback)] if s.compression else []
+    return ALGORITHMS[name].callbacks(s) + compression
 
 
 def build_server_optimizer(name: str, settings: Settings, params: list[torch.Tensor]) -> torch.optim.Optimizer:

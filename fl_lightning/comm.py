@@ -1,29 +1,44 @@
 """What crosses the network, and how much of it (spec, "Communication accounting").
 
 A ``Payload`` is what one client receives or sends in a round: named channels
-("delta", "control", ...), each a list of contiguous slices ``[start, stop)`` of a
-server-side vector together with the tensor actually sent. Bytes are counted from
-those tensors, so masking (FedBCGD) and compression are accounted for automatically.
+("delta", "control", ...), each a list of parts. A part covers slices ``[start, stop)`` of a
+server-side vector and carries the message actually sent for them: the values themselves (a
+tensor), or a compressed message (``fl_lightning.compression``) whose ``wire`` tensors are what
+is sent and whose ``decode()`` the server aggregates. Bytes are counted from the tensors on the
+wire, so masking (FedBCGD) and compression are accounted for automatically.
 
-``ReceivedSums`` is the server's side: uploads are summed as they stream in (never all
-held at once); ``mean``/``sum`` are plain functions of those sums.
+``ReceivedSums`` is the server's side: uploads are decoded and summed as they stream in (never
+all held at once); ``mean``/``sum`` are plain functions of those sums.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Union
 
 import torch
+
+from fl_lightning.compression import QuantizedMessage, SparseMessage
+
+Message = Union[torch.Tensor, SparseMessage, QuantizedMessage]
 
 
 @dataclass
 class Part:
     channel: str
-    start: int
-    tensor: torch.Tensor
+    ranges: list[tuple[int, int]]  # the slices of the channel's vector it covers, in order
+    message: Message
 
     @property
-    def stop(self) -> int:
-        return self.start + self.tensor.numel()
+    def wire(self) -> tuple[torch.Tensor, ...]:
+        return (self.message,) if isinstance(self.message, torch.Tensor) else self.message.wire
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.wire)
+
+    def values(self) -> torch.Tensor:
+        """The (decoded) values of the covered slices, concatenated."""
+        return self.message if isinstance(self.message, torch.Tensor) else self.message.decode()
 
 
 @dataclass
@@ -32,14 +47,23 @@ class Payload:
 
     def add(self, channel: str, start: int, tensor: torch.Tensor) -> None:
         """Send ``tensor`` as the slice of ``channel`` that begins at ``start``."""
-        self.parts.append(Part(channel, start, tensor.reshape(-1)))
+        self.parts.append(Part(channel, [(start, start + tensor.numel())], tensor.reshape(-1)))
+
+    def channels(self) -> list[str]:
+        return list(dict.fromkeys(p.channel for p in self.parts))
+
+    def take(self, channel: str) -> tuple[list[tuple[int, int]], torch.Tensor]:
+        """Removes the channel's parts; returns their slices and their values as one vector (to compress)."""
+        taken = [p for p in self.parts if p.channel == channel]
+        self.parts = [p for p in self.parts if p.channel != channel]
+        return [r for p in taken for r in p.ranges], torch.cat([p.values() for p in taken])
 
     def is_finite(self) -> bool:
-        return all(bool(torch.isfinite(p.tensor).all()) for p in self.parts)
+        return all(bool(torch.isfinite(t).all()) for p in self.parts for t in p.wire if t.is_floating_point())
 
     @property
     def nbytes(self) -> int:
-        return sum(p.tensor.numel() * p.tensor.element_size() for p in self.parts)
+        return sum(p.nbytes for p in self.parts)
 
 
 class ReceivedSums:
@@ -66,8 +90,11 @@ class ReceivedSums:
         for part in upload.parts:
             weight = delta_weight if part.channel == "delta" else 1.0
             total, weights = self._buffers(part.channel)
-            total[part.start:part.stop].add_(part.tensor.to(total.dtype), alpha=weight)
-            weights[part.start:part.stop].add_(weight)
+            values, offset = part.values().to(total.dtype), 0
+            for start, stop in part.ranges:
+                total[start:stop].add_(values[offset:offset + stop - start], alpha=weight)
+                weights[start:stop].add_(weight)
+                offset += stop - start
 
     def sum(self, channel: str) -> torch.Tensor:
         """Σ over clients of what they uploaded (zero where nobody did)."""

@@ -180,6 +180,7 @@ class FederatedLoop:
             for start, stop in client.upload_ranges:
                 client.upload.add("delta", start, delta[start:stop])
             self._call("on_client_end", client)
+            self._call("on_upload", client)
 
     def data_of(self, client: ClientTask) -> tuple[torch.Tensor, torch.Tensor]:
         return self.clients.pooled() if client.pooled else self.clients.of(client.client_id)

@@ -33,11 +33,6 @@ from fl_lightning.plot import save_curve
 from fl_lightning.seeding import run_seed
 
 
-def _positive(field: str, value: float) -> None:
-    if not value > 0:
-        raise ConfigError(field, f"must be > 0, got {value}")
-
-
 def run_dirs(trainer: pl.Trainer) -> list[str]:
     """Where each logger keeps this run's files (CSV: version_N/, W&B: the run's files/, synced with it)."""
     dirs = []
@@ -70,6 +65,11 @@ class FederatedModule(pl.LightningModule):
         server_optimizer: any torch.optim class (path) with its init args, stepped on the pseudo-gradient −Δ̄
             each round; replaces the preset's (then leave server_lr/server_momentum unset).
         weighted_aggregation: weight client updates Δ by sample count instead of a plain mean.
+        compression: compress every upload: ``topk``, ``randk``, ``qsgd``, or ``none`` (default: the preset's;
+            topk, fedpaq, fedbcgd_qsgd and fedbcgd_plus_qsgd compress, the others do not).
+        compression_k: Top-k / rand-k: entries kept, a count (≥ 1) or a fraction of those uploaded (< 1).
+        qsgd_levels: QSGD's s (255: 1 sign + 8 level bits per entry); qsgd_bucket_size: entries per norm.
+        error_feedback: keep each client's compression error and add it to its next upload (default: on for topk).
         client_dropout: p, the probability that a sampled client fails to report (seeded per round): it
             trains, but its upload never arrives. Updates with NaN/inf are dropped too. The server
             aggregates what arrived; a round where nobody reports changes nothing.
@@ -97,7 +97,9 @@ class FederatedModule(pl.LightningModule):
                  weight_decay: float = 1e-3, client_momentum: float = 0.0, local_optimizer: str = "sgd",
                  server_lr: Optional[float] = None,
                  server_momentum: Optional[float] = None, server_optimizer: Optional[OptimizerCallable] = None,
-                 weighted_aggregation: bool = False, client_dropout: float = 0.0,
+                 weighted_aggregation: bool = False, compression: Optional[str] = None, compression_k: float = 0.1,
+                 qsgd_levels: int = 255, qsgd_bucket_size: Optional[int] = 512,
+                 error_feedback: Optional[bool] = None, client_dropout: float = 0.0,
                  max_upload_d: Optional[float] = None, target_accuracy: Optional[float] = None,
                  test_every_n_rounds: Optional[int] = None, num_blocks: Optional[int] = None, block_division: Union[str, dict] = "auto",
                  shared_block: bool = True, control_variate: Optional[str] = None, control_keep: Optional[str] = None,
@@ -105,22 +107,6 @@ class FederatedModule(pl.LightningModule):
                  variance_reduction: Optional[bool] = None, grad_clip: Optional[float] = None,
                  fedprox_mu: float = 0.01, feddc_alpha: float = 0.01, eval_train_objective: bool = False):
         super().__init__()
-        if test_every_n_rounds is not None and test_every_n_rounds < 1:
-            raise ConfigError("model.test_every_n_rounds", f"must be ≥ 1, got {test_every_n_rounds}")
-        if clients_per_round < 1:
-            raise ConfigError("model.clients_per_round", f"must be ≥ 1, got {clients_per_round}")
-        if local_epochs < 1:
-            raise ConfigError("model.local_epochs", f"must be ≥ 1, got {local_epochs}")
-        if batch_size < 1:
-            raise ConfigError("model.batch_size", f"must be ≥ 1, got {batch_size}")
-        _positive("model.lr", lr)
-        _positive("model.lr_decay", lr_decay)
-        if weight_decay < 0:
-            raise ConfigError("model.weight_decay", f"must be ≥ 0, got {weight_decay}")
-        if not 0.0 <= client_dropout < 1.0:
-            raise ConfigError("model.client_dropout", f"must be in [0, 1), got {client_dropout}")
-        if max_upload_d is not None:
-            _positive("model.max_upload_d", max_upload_d)
         if local_optimizer not in ("sgd", "network") or (local_optimizer == "network" and not is_lightning(network)):
             raise ConfigError("model.local_optimizer", f"got {local_optimizer!r}; choose sgd, or network when the "
                               "network is a LightningModule with configure_optimizers")

@@ -44,6 +44,9 @@ CONFIGS = {
     "fedbcgd_plus-option1-svrg": dict(algorithm="fedbcgd_plus", num_blocks=2, control_variate="option1",
                                       variance_reduction=True),
     "scaffold": dict(algorithm="scaffold"),
+    "topk-error-feedback": dict(algorithm="topk", compression_k=0.2),
+    "fedbcgd_plus_qsgd": dict(algorithm="fedbcgd_plus_qsgd", num_blocks=2, qsgd_levels=3, qsgd_bucket_size=16),
+    "scaffold-randk": dict(algorithm="scaffold", compression="randk", compression_k=0.3),
 }
 
 

@@ -1,0 +1,124 @@
+"""Compressed messages: what a client actually sends when its upload is compressed (spec,
+"Compression baselines"; README, "Compressed uploads").
+
+Each encoder turns a flat fp32 vector into a message whose ``wire`` tensors are exactly what
+crosses the network — bytes are counted from them (``comm.Payload``) — and whose ``decode()``
+gives the server the dense vector it aggregates.
+
+* Top-k (Aji & Heafield 2017): the k largest-magnitude entries, as int32 indices + fp32 values
+  (2k floats, the spec's count).
+* rand-k (Sattler et al. 2019): k uniformly random entries, int32 indices + fp32 values scaled
+  by n/k, so that E[decode] = x.
+* QSGD (Alistarh et al. 2017): per bucket of ``bucket_size`` entries (one bucket: the whole
+  vector) an fp32 norm ‖v‖₂; per entry a sign and a level ℓ ∈ {0..s} rounded stochastically,
+  ℓ = ⌊s|v_i|/‖v‖⌋ + Bernoulli(frac), so E[‖v‖ sign(v_i) ℓ/s] = v_i. Sign and level are
+  bit-packed at 1 + ⌈log₂(s+1)⌉ bits per entry: bits = 32·buckets + n(1 + ⌈log₂(s+1)⌉)
+  (the spec's 32 + d(1 + log₂(s+1)) for one bucket and s+1 a power of two).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+
+def num_kept(k: float, n: int) -> int:
+    """k as a count (k ≥ 1) or as a fraction of the n uploaded entries (0 < k < 1); at least 1, at most n."""
+    count = int(k) if k >= 1 else int(k * n)
+    return max(1, min(n, count))
+
+
+@dataclass
+class SparseMessage:
+    """Top-k / rand-k: ``values`` at ``indices`` of an n-vector, the rest zero."""
+
+    indices: torch.Tensor  # int32
+    values: torch.Tensor  # fp32 (rand-k: already scaled by n/k)
+    size: int
+
+    @property
+    def wire(self) -> tuple[torch.Tensor, ...]:
+        return self.indices, self.values
+
+    def decode(self) -> torch.Tensor:
+        dense = torch.zeros(self.size, dtype=self.values.dtype, device=self.values.device)
+        return dense.index_copy_(0, self.indices.long(), self.values)
+
+
+def topk(x: torch.Tensor, k: float) -> SparseMessage:
+    kept = num_kept(k, x.numel())
+    indices = x.abs().topk(kept, sorted=False).indices
+    return SparseMessage(indices.to(torch.int32), x[indices].float(), x.numel())
+
+
+def randk(x: torch.Tensor, k: float, generator: torch.Generator) -> SparseMessage:
+    n = x.numel()
+    kept = num_kept(k, n)
+    indices = torch.randperm(n, generator=generator, device=generator.device)[:kept].to(x.device)
+    return SparseMessage(indices.to(torch.int32), x[indices].float() * (n / kept), n)
+
+
+@dataclass
+class QuantizedMessage:
+    """QSGD: per-bucket norms and bit-packed (sign, level) codes."""
+
+    norms: torch.Tensor  # fp32, one per bucket
+    packed: torch.Tensor  # uint8
+    size: int
+    levels: int
+    bucket_size: int
+
+    @property
+    def wire(self) -> tuple[torch.Tensor, ...]:
+        return self.norms, self.packed
+
+    def decode(self) -> torch.Tensor:
+        width = code_width(self.levels)
+        codes = unpack_bits(self.packed, width, self.size)
+        level_bits = width - 1
+        signed = torch.where(codes >> level_bits == 1, -(codes & ((1 << level_bits) - 1)), codes).float()
+        buckets = -(-self.size // self.bucket_size)
+        padded = torch.zeros(buckets * self.bucket_size, device=signed.device)
+        padded[: self.size] = signed
+        return (padded.view(buckets, -1) * (self.norms / self.levels).unsqueeze(1)).view(-1)[: self.size]
+
+
+def code_width(levels: int) -> int:
+    """Bits per entry: one sign bit and ⌈log₂(s+1)⌉ level bits (at most 15: s < 16384)."""
+    return 1 + max(1, math.ceil(math.log2(levels + 1)))
+
+
+def qsgd(x: torch.Tensor, levels: int, bucket_size: Optional[int], generator: torch.Generator) -> QuantizedMessage:
+    n = x.numel()
+    bucket = bucket_size or n
+    buckets = -(-n // bucket)
+    padded = torch.zeros(buckets * bucket, dtype=torch.float32, device=x.device)
+    padded[:n] = x
+    rows = padded.view(buckets, bucket)
+    norms = rows.norm(dim=1)
+    scaled = rows.abs() * (levels / norms.clamp_min(torch.finfo(torch.float32).tiny)).unsqueeze(1)
+    lower = scaled.floor()
+    up = torch.rand(scaled.shape, generator=generator, device=generator.device).to(x.device) < (scaled - lower)
+    level = (lower + up).clamp_max(levels).to(torch.int16).view(-1)[:n]
+    width = code_width(levels)
+    codes = ((x < 0).to(torch.int16) << (width - 1)) | level
+    return QuantizedMessage(norms, pack_bits(codes, width), n, levels, bucket)
+
+
+def pack_bits(codes: torch.Tensor, width: int) -> torch.Tensor:
+    """n codes of ``width`` ≤ 15 bits each → ⌈n·width/8⌉ bytes (little-endian bit order)."""
+    shifts = torch.arange(width, dtype=torch.int16, device=codes.device)
+    bits = ((codes.to(torch.int16).unsqueeze(1) >> shifts) & 1).to(torch.uint8).view(-1)
+    padding = (-bits.numel()) % 8
+    if padding:
+        bits = torch.cat([bits, bits.new_zeros(padding)])
+    return (bits.view(-1, 8) << torch.arange(8, dtype=torch.uint8, device=codes.device)).sum(1, dtype=torch.uint8)
+
+
+def unpack_bits(packed: torch.Tensor, width: int, n: int) -> torch.Tensor:
+    """The inverse of ``pack_bits``: n int16 codes."""
+    bits = ((packed.unsqueeze(1) >> torch.arange(8, dtype=torch.uint8, device=packed.device)) & 1).view(-1)
+    bits = bits[: n * width].view(n, width).to(torch.int16)
+    return (bits << torch.arange(width, dtype=torch.int16, device=packed.device)).sum(1, dtype=torch.int16)
