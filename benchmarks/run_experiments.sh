@@ -6,7 +6,7 @@
 #   BUDGET=5 benchmarks/run_experiments.sh table6   # paper Table 6 on the same setting: block upload vs
 #                                                   # compression, every method to the same BUDGET d
 # Extra arguments go to every fl-lightning call. Runs land in runs/<experiment>/<name>/;
-# benchmarks/report.py turns them into docs/.
+# fl-lightning report turns them into docs/ (see docs/experiments.md for the exact lines).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FL=${FL:-.venv/bin/fl-lightning}

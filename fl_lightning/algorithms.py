@@ -109,7 +109,7 @@ def check_ranges(hp) -> None:
     for field in at_least_one:
         if hp.get(field) is not None and hp[field] < 1:
             raise ConfigError(f"model.{field}", f"must be ≥ 1, got {hp[field]}")
-    for field in ("lr", "lr_decay", "max_upload_d", "compression_k"):
+    for field in ("lr", "lr_decay", "max_upload_d", "compression_k", "eval_every_d"):
         if hp.get(field) is not None and not hp[field] > 0:
             raise ConfigError(f"model.{field}", f"must be > 0, got {hp[field]}")
     for field in ("weight_decay", "fedprox_mu", "feddc_alpha"):

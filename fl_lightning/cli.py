@@ -3,6 +3,8 @@
 
     fl-lightning fit|validate|test --config X [--dotted.options ...]   (a LightningCLI: fl_lightning.lightning_cli)
     fl-lightning blocks --config X                                      (the model's block division)
+    fl-lightning sweep --config X --grid key=a,b ... [--jobs J] [--print]  (a grid of fit runs: fl_lightning.sweep)
+    fl-lightning report RUNS... --target ACC [--out PREFIX]             (tables and plots: fl_lightning.report)
 
 User mistakes surface as one line naming the field and the fix (exit code 2), checked
 before any run directory is created.
@@ -17,7 +19,7 @@ import yaml
 from fl_lightning.errors import ConfigError, FLUserError
 from fl_lightning.options import check_option_names
 
-HELP = """usage: fl-lightning {fit,validate,test,blocks} [--config FILE] [--dotted.option VALUE ...]
+HELP = """usage: fl-lightning {fit,validate,test,blocks,sweep,report} [--config FILE] [--dotted.option VALUE ...]
 
 Federated learning on PyTorch Lightning (FedAvg ... FedBCGD+); one epoch is one communication round.
 
@@ -26,6 +28,9 @@ subcommands:
   validate    evaluate a checkpoint on the validation set (--ckpt_path FILE)
   test        evaluate a checkpoint on the test set (--ckpt_path FILE)
   blocks      print the model's block division like the paper's Tables 7-11 (no weights are loaded)
+  sweep       a grid of fit runs: --grid model.algorithm=fedavg,fedbcgd --grid seed_everything=0,1,2 [--jobs 2]
+              (finished runs are skipped, interrupted ones resume; --print lists the commands instead)
+  report      paper-style tables (Markdown, CSV, LaTeX) and a plot from runs: RUNS... --target 0.7 [--out PREFIX]
 
 every option with its one-line meaning and the algorithms: fl-lightning fit --help
 every option with its value: fl-lightning fit --config FILE --print_config
@@ -56,6 +61,10 @@ def main(args=None) -> int:
         return 0
     try:
         check_config_files(command)
+        if command[:1] in (["sweep"], ["report"]):
+            from importlib import import_module
+
+            return import_module(f"fl_lightning.{command[0]}").main(command[1:])
         if command[:1] in (["fit"], ["validate"], ["test"], ["blocks"]):
             check_option_names(command[1:])
         if command[:1] == ["blocks"]:

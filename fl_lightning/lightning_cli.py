@@ -33,7 +33,8 @@ TRAINER_DEFAULTS = {
 }
 CKPT_ALIASES = {"last", "best", "hpc", "registry"}
 # Model options a resumed run may change: they steer when to stop, evaluate or test, not the algorithm.
-TAKES_EFFECT_AT_RESUME = {"max_upload_d", "target_accuracy", "test_every_n_rounds", "eval_train_objective"}
+TAKES_EFFECT_AT_RESUME = {"max_upload_d", "target_accuracy", "test_every_n_rounds", "eval_train_objective",
+                          "eval_every_d"}
 
 
 def check_checkpoint(path: Optional[str]) -> Optional[dict]:

@@ -25,6 +25,7 @@ from fl_lightning.blocks import build_partition
 from fl_lightning.checkpoint_io import install as install_safe_checkpoint_io, refusal as checkpoint_refusal
 from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.errors import ConfigError, DivergenceError, check_unchanged
+from fl_lightning.evaluation import batch_sums, test_metrics, train_objective
 from fl_lightning.flat import FlatModel
 from fl_lightning.foreign import LoggedValues, is_lightning, logging_into, network_optimizer, overrides
 from fl_lightning.loop import FederatedLoop, LocalConfig
@@ -76,6 +77,9 @@ class FederatedModule(pl.LightningModule):
         max_upload_d: stop once ``comm/upload_d`` reaches this budget (paper: 1000).
         target_accuracy: log ``comm/upload_d_at_target`` when val/acc first reaches it.
         test_every_n_rounds: also log test/* (the test set) every n rounds; it is always logged after the last.
+        eval_every_d: evaluate val/* only when comm/upload_d crosses a multiple of this (and after the last
+            round): every algorithm evaluated at the same spacing in floats uploaded (needs
+            trainer.check_val_every_n_epoch 1; centralized, which uploads nothing, every round).
         num_blocks: N, parameter blocks (FedBCGD); default: the paper's division, else 5.
         block_division: ``auto`` (paper preset if the model has one, else balanced), ``balanced``,
             or ``{{blocks: [[module patterns]], shared: [patterns]}}`` (see ``fl_lightning.blocks``).
@@ -101,7 +105,7 @@ class FederatedModule(pl.LightningModule):
                  qsgd_levels: int = 255, qsgd_bucket_size: Optional[int] = 512,
                  error_feedback: Optional[bool] = None, client_dropout: float = 0.0,
                  max_upload_d: Optional[float] = None, target_accuracy: Optional[float] = None,
-                 test_every_n_rounds: Optional[int] = None, num_blocks: Optional[int] = None, block_division: Union[str, dict] = "auto",
+                 test_every_n_rounds: Optional[int] = None, eval_every_d: Optional[float] = None, num_blocks: Optional[int] = None, block_division: Union[str, dict] = "auto",
                  shared_block: bool = True, control_variate: Optional[str] = None, control_keep: Optional[str] = None,
                  shared_control_coefficient: str = "mean", control_rule: str = "spec",
                  variance_reduction: Optional[bool] = None, grad_clip: Optional[float] = None,
@@ -124,6 +128,7 @@ class FederatedModule(pl.LightningModule):
         self._restored: Optional[dict] = None
         self._val_sums: list[torch.Tensor] = []
         self._val_metrics: dict[str, float] = {}
+        self._eval_mark, self._skip_eval = 0, False  # eval_every_d: multiples of it evaluated so far
         self._train_logs, self._eval_logs = LoggedValues(), LoggedValues()  # the network's own self.log calls
         self._curve: dict[str, list] = {"val": [], "test": []}  # (comm/upload_d, accuracy) for the run's PNG
 
@@ -208,6 +213,9 @@ class FederatedModule(pl.LightningModule):
     def on_fit_start(self):
         datamodule = self.trainer.datamodule
         self.check_compatible(datamodule)
+        if self.hparams.eval_every_d is not None and self.trainer.check_val_every_n_epoch != 1:
+            raise ConfigError("model.eval_every_d", "picks the rounds to evaluate itself: set "
+                              "trainer.check_val_every_n_epoch 1")
         if getattr(self.trainer.precision_plugin, "scaler", None) is not None:
             raise ConfigError("trainer.precision", "16-mixed needs a GradScaler that would rescale the server's "
                               "pseudo-gradient; use bf16-mixed or 32")
@@ -279,7 +287,7 @@ class FederatedModule(pl.LightningModule):
         rounds, every, max_rounds = self.current_epoch + 1, self.hparams.test_every_n_rounds, self.trainer.max_epochs
         last = self.trainer.should_stop or (max_rounds is not None and 0 <= max_rounds <= rounds)
         if last or (every and rounds % every == 0):
-            row.update(self._test_metrics())
+            row.update(test_metrics(self.net, self.trainer))
         for key in ("val", "test"):
             if f"{key}/acc" in row:
                 self._curve[key].append((self.loop.comm.upload_d, row[f"{key}/acc"]))
@@ -293,56 +301,46 @@ class FederatedModule(pl.LightningModule):
                       on_step=False, on_epoch=True, logger=True)
 
     # -- evaluation of the global model ------------------------------------------------------
+    def on_validation_epoch_start(self):
+        self._skip_eval = not self._evaluation_due()
+
+    def _evaluation_due(self) -> bool:
+        """eval_every_d: due when comm/upload_d crossed a new multiple of it, or after the last round."""
+        every = self.hparams.eval_every_d
+        if every is None or self.loop is None or self.trainer.state.fn != "fit" or self.trainer.sanity_checking:
+            return True
+        upload_d, max_rounds = self.loop.comm.upload_d, self.trainer.max_epochs
+        mark = math.floor(upload_d / every + 1e-9)
+        last = self.trainer.should_stop or (max_rounds is not None and 0 <= max_rounds <= self.current_epoch + 1)
+        if mark > self._eval_mark or last or upload_d == 0:
+            self._eval_mark = mark
+            return True
+        return False
+
     def _eval_step(self, batch, batch_idx: int, own_hook: str):
+        if self._skip_eval:
+            return
         x, y = batch
         x = self.trainer.datamodule.eval_transform(x)
         if overrides(self.net, own_hook):  # the network's own validation_step / test_step
             with logging_into(self.net, self._eval_logs):
                 getattr(self.net, own_hook)((x, y), batch_idx)
-        self._val_sums.append(self._batch_sums(x, y))
-
-    def _batch_sums(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """[Σ loss, # correct, # samples] of the global model on one (transformed) batch."""
-        logits = self.net(x).float()
-        loss = F.cross_entropy(logits, y, reduction="sum").detach()
-        return torch.stack([loss, (logits.argmax(-1) == y).sum().float(), torch.tensor(float(len(y)), device=x.device)])
+        self._val_sums.append(batch_sums(self.net, x, y))
 
     def _eval_epoch_end(self, prefix: str):
+        if self._skip_eval:
+            self._skip_eval = False
+            return
         loss, correct, count = torch.stack(self._val_sums).sum(0).tolist()
         self._val_sums = []
         metrics = {**self._eval_logs.pop_means(), f"{prefix}/acc": correct / count, f"{prefix}/loss": loss / count}
         fitting = self.trainer.state.fn == "fit"
         if fitting and self.hparams.eval_train_objective and self.loop is not None:
-            metrics["train/objective"] = self._train_objective()
+            metrics["train/objective"] = train_objective(self.net, self.loop.clients, self.trainer.datamodule,
+                                                         self.flat.params, self.hparams.weight_decay)
         if fitting and not self.trainer.sanity_checking:
             self._val_metrics = metrics
         self.log_dict(metrics, prog_bar=True, logger=not fitting)
-
-    @torch.no_grad()
-    def _test_metrics(self) -> dict[str, float]:
-        """test/acc and test/loss of the global model on the test set (the number papers report)."""
-        datamodule, was_training = self.trainer.datamodule, self.net.training
-        self.net.eval()
-        sums = []
-        for x, y in datamodule.test_dataloader():
-            x, y = x.to(self.device), y.to(self.device)
-            with self.trainer.precision_plugin.forward_context():
-                sums.append(self._batch_sums(datamodule.eval_transform(x), y))
-        self.net.train(was_training)
-        loss, correct, count = torch.stack(sums).sum(0).tolist()
-        return {"test/acc": correct / count, "test/loss": loss / count}
-
-    @torch.no_grad()
-    def _train_objective(self) -> float:
-        """(1/M) Σ_i f_i(x) + (λ/2)‖x‖², f_i the mean loss over client i's data (clients are equal-sized)."""
-        clients, transform = self.loop.clients, self.trainer.datamodule.eval_transform
-        total = torch.zeros((), device=self.flat.device)
-        for start in range(0, len(clients.y), self.trainer.datamodule.eval_batch_size):
-            stop = start + self.trainer.datamodule.eval_batch_size
-            logits = self.net(transform(clients.x[start:stop]))
-            total += F.cross_entropy(logits.float(), clients.y[start:stop], reduction="sum")
-        penalty = 0.5 * self.hparams.weight_decay * self.flat.params.pow(2).sum()
-        return float(total / len(clients.y) + penalty)
 
     def validation_step(self, batch, batch_idx):
         self._eval_step(batch, batch_idx, "validation_step")
@@ -363,7 +361,7 @@ class FederatedModule(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint):
         checkpoint["federated"] = {"comm": self.loop.comm.state_dict() if self.loop else None,
                                    "upload_d_at_target": self.upload_d_at_target, "curve": self._curve,
-                                   "seed": run_seed()}
+                                   "seed": run_seed(), "eval_mark": self._eval_mark}
 
     def on_load_checkpoint(self, checkpoint):
         """Every random draw of a round derives from the run seed: a resume under another seed
@@ -372,6 +370,7 @@ class FederatedModule(pl.LightningModule):
         check_unchanged("seed_everything", run_seed(), (state or {}).get("seed"))
         if state is not None and state["comm"] is not None:
             self._restored = state
+            self._eval_mark = state.get("eval_mark", 0)
             curve = state.get("curve", {})
             self._curve = {key: [tuple(point) for point in curve.get(key, [])] for key in ("val", "test")}
 

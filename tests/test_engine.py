@@ -7,7 +7,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 
 from fl_lightning import FederatedDataModule, FederatedModule
-from fl_lightning.errors import DivergenceError
+from fl_lightning.errors import ConfigError, DivergenceError
 from fl_lightning.models import MLP
 from tests.conftest import make_trainer
 
@@ -120,3 +120,24 @@ def test_test_set_logged_after_the_last_round_and_on_request():
     _, _, budget_rows = digits_run(10, "test_budget", max_upload_d=2.0)  # the budget ends the run at round 2
     assert [bool(r["test/acc"]) for r in budget_rows] == [False, True]
     assert 0.0 < float(budget_rows[-1]["test/acc"]) <= 1.0
+
+
+@pytest.mark.parametrize("algorithm, hp", [("fedavgm", {}), ("fedbcgd", dict(num_blocks=2))])
+def test_eval_every_d_evaluates_at_the_same_float_spacing(algorithm, hp):
+    """Every algorithm is evaluated when comm/upload_d crosses a multiple of eval_every_d (and last)."""
+    _, _, rows = digits_run(12, f"every_d_{algorithm}", algorithm=algorithm, eval_every_d=1.0, **hp)
+    evaluated = [float(r["comm/upload_d"]) for r in rows if r["val/acc"]]
+    uploads = [float(r["comm/upload_d"]) for r in rows]
+    expected = [d for previous, d in zip([0.0] + uploads, uploads) if int(d + 1e-9) > int(previous + 1e-9)]
+    expected += [] if expected[-1] == uploads[-1] else [uploads[-1]]
+    assert evaluated == expected
+    if algorithm == "fedbcgd":
+        assert len(evaluated) == 7 < len(rows)  # ≈ 0.57 d per round with N = 2: about every second round
+    else:
+        assert len(evaluated) == len(rows) == 12
+
+
+def test_eval_every_d_needs_validation_every_round():
+    with pytest.raises(ConfigError, match="^model.eval_every_d: picks the rounds to evaluate itself: set "
+                                          "trainer.check_val_every_n_epoch 1"):
+        digits_run(2, "every_d_bad", eval_every_d=1.0, check_val_every_n_epoch=2)

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Re-measures docs/reproduction.md: every claim's runs, three seeds each, as fl-lightning sweeps
+# (finished runs are skipped, so a killed script resumes). Usage:
+#   benchmarks/reproduce.sh convex        # claims (a)-(d), (h): the comparison set on the convex problem
+#   benchmarks/reproduce.sh blocks        # claim (e): number of blocks N
+#   benchmarks/reproduce.sh momentum      # claim (f): server momentum λ
+#   benchmarks/reproduce.sh ablations     # claim (g): Fig. 5's ablations
+# then: fl-lightning report runs/reproduction/<name> --target 0.88 --out docs/reproduction/<name>
+set -euo pipefail
+cd "$(dirname "$0")/.."
+FL=${FL:-.venv/bin/fl-lightning}
+CONVEX=(--config configs/experiments/convex_mnist_logreg.yaml --model.lr 0.03 --model.eval_every_d 1
+        --trainer.enable_progress_bar false --grid seed_everything=0,1,2 --jobs "${JOBS:-2}")
+sweep() {  # sweep <name> [options...]
+  local name=$1; shift
+  $FL sweep "${CONVEX[@]}" --trainer.logger.init_args.name "reproduction/$name" "$@"
+}
+case "${1:-}" in
+  convex) sweep convex --model.max_upload_d 50 \
+            --grid model.algorithm=fedavg,fedavgm,scaffold,fedbcgd,fedbcgd_plus,topk,fedpaq,fedbcgd_qsgd ;;
+  blocks) sweep blocks --model.max_upload_d 50 --model.algorithm fedbcgd --grid model.num_blocks=1,2,4,8 ;;
+  momentum) sweep momentum --model.max_upload_d 25 --model.algorithm fedbcgd \
+              --grid model.server_momentum=0.4,0.5,0.6,0.7,0.8,0.9 ;;
+  ablations) sweep ablations --model.max_upload_d 25 \
+               --grid model.algorithm=fedbcgd,fedbcgd_freezing --grid model.shared_block=true,false \
+               --grid model.server_momentum=0.5,0.0 ;;
+  *) echo "usage: $0 convex|blocks|momentum|ablations" >&2; exit 2 ;;
+esac

@@ -1,0 +1,272 @@
+"""``fl-lightning report RUNS... --target ACC [--out PREFIX]``: runs → the paper's tables and plots.
+
+A run is a directory with ``version_N/metrics.csv`` (a resumed run writes several versions: they
+are read as one curve, a later version's row replacing an earlier one's for the same round).
+Runs are grouped by every setting in their ``config.yaml`` that differs between them, except the
+seed; per group: mean ± sample std over seeds of the final and best val/acc and of the floats
+to reach the target, as Markdown, CSV and LaTeX (groups as rows, the paper's "acc ± std (d)"),
+and a PNG of val/acc against comm/upload_d — mean line, band of ± one std over seeds.
+
+Floats to target, two ways (README, "Reproducing the paper"):
+* first touch: comm/upload_d at the first evaluation with val/acc ≥ target;
+* sustained: the first evaluation from which the running mean of the last ``k`` evaluations
+  stays ≥ target until the end of the run. Accuracy of the block algorithms swings from round
+  to round, so a single lucky evaluation says little; verdicts use the sustained number.
+∞ when never reached; a group's mean is ∞ if any seed never reached it.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import statistics
+from pathlib import Path
+from typing import Optional
+
+import yaml
+
+IGNORED = ("seed_everything", "ckpt_path", "config", "trainer.logger", "trainer.callbacks", "trainer.enable_progress_bar")
+
+
+def find_runs(paths: list[Path]) -> list[Path]:
+    """Every directory under ``paths`` that holds version_N/metrics.csv."""
+    found = set()
+    for path in paths:
+        for metrics in sorted(path.rglob("version_*/metrics.csv")):
+            found.add(metrics.parent.parent)
+    return sorted(found)
+
+
+def read_curve(run: Path) -> list[dict]:
+    by_round = {}
+    for version in sorted(run.glob("version_*"), key=lambda p: int(p.name.split("_")[1])):
+        if not (version / "metrics.csv").is_file():
+            continue
+        with open(version / "metrics.csv") as f:
+            for row in csv.DictReader(f):
+                values = {k: float(v) for k, v in row.items() if k and v not in ("", None)}
+                if "round" in values:
+                    by_round[values["round"]] = values
+    return [by_round[r] for r in sorted(by_round)]
+
+
+def read_settings(run: Path) -> Optional[dict]:
+    """The run's config.yaml (newest version) flattened to dotted keys; None when absent."""
+    configs = sorted(run.glob("version_*/config.yaml"), key=lambda p: int(p.parent.name.split("_")[1]))
+    if not configs:
+        return None
+    flat: dict = {}
+
+    def walk(prefix: str, value) -> None:
+        if isinstance(value, dict) and value:
+            for key, inner in value.items():
+                walk(f"{prefix}.{key}" if prefix else str(key), inner)
+        else:
+            flat[prefix] = value
+
+    walk("", yaml.safe_load(configs[-1].read_text()) or {})
+    return flat
+
+
+def floats_to_target(evaluated: list[dict], target: float, window: int) -> tuple[float, float]:
+    """(first touch, sustained) comm/upload_d to ``target``; inf when never."""
+    accuracy = [r["val/acc"] for r in evaluated]
+    first = next((r["comm/upload_d"] for r in evaluated if r["val/acc"] >= target), math.inf)
+    means = [statistics.fmean(accuracy[max(0, i - window + 1):i + 1]) for i in range(len(accuracy))]
+    sustained = math.inf
+    for i in range(len(means) - 1, -1, -1):
+        if means[i] < target:
+            break
+        sustained = evaluated[i]["comm/upload_d"]
+    return first, sustained
+
+
+def summarise(curve: list[dict], target: float, window: int, budgets: list[float]) -> dict:
+    evaluated = [r for r in curve if "val/acc" in r]
+    first, sustained = floats_to_target(evaluated, target, window)
+    if curve[-1]["comm/upload_d"] == 0:  # uploads nothing (centralised SGD): no floats to count
+        first = sustained = math.nan
+    summary = {"rounds": curve[-1]["round"], "upload_d_total": curve[-1]["comm/upload_d"],
+               "final_val_acc": evaluated[-1]["val/acc"], "best_val_acc": max(r["val/acc"] for r in evaluated),
+               "d_to_target_first": first, "d_to_target_sustained": sustained}
+    for budget in budgets:
+        within = [r for r in evaluated if r["comm/upload_d"] <= budget + 1e-9]
+        reached = evaluated[-1]["comm/upload_d"] >= budget - 1e-6
+        summary[f"acc_at_{budget:g}d"] = within[-1]["val/acc"] if within and reached else math.nan
+        if "train/objective" in evaluated[-1]:
+            summary[f"objective_at_{budget:g}d"] = within[-1]["train/objective"] if within and reached else math.nan
+    if "train/objective" in evaluated[-1]:
+        summary["final_train_objective"] = evaluated[-1]["train/objective"]
+    return summary
+
+
+def group_runs(runs: dict[Path, Optional[dict]], by_dir: bool = False) -> dict[str, list[Path]]:
+    """Label → runs: the settings that differ between runs (the seed and logging aside), or with
+    ``by_dir`` the run directory's name without its seed (``seed_everything=N``)."""
+    if by_dir:
+        groups: dict[str, list[Path]] = {}
+        for run in runs:
+            name = ",".join(p for p in run.name.split(",") if not p.startswith("seed_everything=")) or run.name
+            groups.setdefault(name, []).append(run)
+        return groups
+    keys = set()
+    for settings in runs.values():
+        keys |= set(settings or {})
+    keys = {k for k in keys if not any(k == i or k.startswith(i + ".") for i in IGNORED)}
+    differing = sorted(k for k in keys if len({repr((s or {}).get(k)) for s in runs.values()}) > 1)
+    groups = {}
+    for run, settings in runs.items():
+        if settings is None:
+            label = run.name
+        else:
+            label = ", ".join(f"{k.split('.')[-1]}={settings.get(k)}" for k in differing) or run.parent.name
+        groups.setdefault(label, []).append(run)
+    return groups
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    if any(math.isinf(v) for v in values):
+        return math.inf, math.nan
+    finite = [v for v in values if not math.isnan(v)]
+    if not finite:
+        return math.nan, math.nan
+    return statistics.fmean(finite), statistics.stdev(finite) if len(finite) > 1 else math.nan
+
+
+def fmt(value: float, digits: int = 4) -> str:
+    if math.isnan(value):
+        return "—"
+    return "∞" if math.isinf(value) else f"{value:.{digits}f}"
+
+
+def paper_cell(acc: tuple[float, float], floats: float) -> str:
+    """The paper's cell: accuracy % ± std (floats to target in d)."""
+    d = "∞" if math.isinf(floats) else ("—" if math.isnan(floats) else f"{floats:.1f}d")
+    spread = "" if math.isnan(acc[1]) else f" ± {100 * acc[1]:.1f}"
+    return f"{100 * acc[0]:.1f}{spread} ({d})"
+
+
+def table(groups: dict[str, list[dict]], target: float, window: int, budgets: list[float]) -> list[dict]:
+    rows = []
+    for label, summaries in groups.items():
+        row = {"group": label, "seeds": len(summaries)}
+        keys = ["final_val_acc", "best_val_acc", "d_to_target_first", "d_to_target_sustained", "upload_d_total",
+                *(f"acc_at_{b:g}d" for b in budgets)]
+        if "final_train_objective" in summaries[0]:
+            keys += [f"objective_at_{b:g}d" for b in budgets] + ["final_train_objective"]
+        for key in keys:
+            row[key], row[f"{key}_std"] = mean_std([s[key] for s in summaries])
+        reached = sum(math.isfinite(s["d_to_target_sustained"]) for s in summaries)
+        row[f"paper_style_{target:g}"] = paper_cell((row["final_val_acc"], row["final_val_acc_std"]),
+                                                    row["d_to_target_sustained"])
+        row["reached_sustained"] = f"{reached}/{len(summaries)}"
+        rows.append(row)
+    return rows
+
+
+def write_tables(rows: list[dict], out: Path, target: float, window: int) -> str:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.with_suffix(".csv"), "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    shown = [k for k in rows[0] if not k.endswith("_std") and k not in ("upload_d_total",)]
+
+    def cell(row, key):
+        value = row[key]
+        if isinstance(value, str) or key == "seeds":
+            return str(value)
+        std = row.get(f"{key}_std", math.nan)
+        return fmt(value) + ("" if math.isnan(std) or math.isinf(value) or math.isnan(value) else f" ± {fmt(std)}")
+
+    header = (f"target {target:g}; floats in d; sustained = running mean of the last {window} evaluations stays ≥ "
+              "target; mean ± sample std over seeds")
+    lines = ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
+    lines += ["| " + " | ".join(cell(r, k) for k in shown) + " |" for r in rows]
+    markdown = "\n".join(lines) + f"\n\n({header})\n"
+    out.with_suffix(".md").write_text(markdown)
+    latex = ["\\begin{tabular}{l" + "r" * (len(shown) - 1) + "}", " & ".join(k.replace("_", "\\_") for k in shown)
+             + " \\\\ \\hline"]
+    latex += [" & ".join(cell(r, k).replace("±", "$\\pm$").replace("∞", "$\\infty$").replace("_", "\\_")
+                         for k in shown) + " \\\\" for r in rows]
+    out.with_suffix(".tex").write_text("\n".join(latex + ["\\end{tabular}", f"% {header}"]) + "\n")
+    return markdown
+
+
+def plot(curves: dict[str, list[list[dict]]], out: Path, target: float, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    objective = any("train/objective" in r for runs in curves.values() for c in runs for r in c)
+    fig, axes = plt.subplots(1, 2 if objective else 1, figsize=(11 if objective else 6.5, 4.2), squeeze=False)
+    for index, (label, runs) in enumerate(curves.items()):
+        evaluated = [[r for r in curve if "val/acc" in r] for curve in runs]
+        style = ["-", "--", ":"][index // 10 % 3]
+        for ax, key in zip(axes[0], ["val/acc"] + (["train/objective"] if objective else [])):
+            if not all(key in e[-1] for e in evaluated):
+                continue
+            if max(e[-1]["comm/upload_d"] for e in evaluated) == 0:  # uploads nothing: a reference line
+                ax.axhline(statistics.fmean(e[-1][key] for e in evaluated), color="black", lw=1, ls=":",
+                           label=f"{label} (final, no upload)")
+                continue
+            end = min(e[-1]["comm/upload_d"] for e in evaluated)
+            grid = np.linspace(min(e[0]["comm/upload_d"] for e in evaluated), end, 200)
+            values = np.array([np.interp(grid, [r["comm/upload_d"] for r in e], [r[key] for r in e])
+                               for e in evaluated])
+            line, = ax.plot(grid, values.mean(0), style, lw=1.3, label=f"{label} ({len(runs)} seeds)")
+            if len(runs) > 1:
+                std = values.std(0, ddof=1)
+                ax.fill_between(grid, values.mean(0) - std, values.mean(0) + std, color=line.get_color(), alpha=0.2)
+    axes[0][0].set(xlabel="comm/upload_d (mean floats uploaded per client / d)", ylabel="val/acc", title=title)
+    axes[0][0].axhline(target, color="grey", lw=0.5, ls="--")
+    if objective:
+        axes[0][1].set(xlabel="comm/upload_d", ylabel="training objective", yscale="log")
+    for ax in axes[0]:
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out.with_suffix(".png"), dpi=110)
+    plt.close(fig)
+
+
+def main(args: list[str]) -> int:
+    from fl_lightning.errors import ConfigError
+
+    parser = argparse.ArgumentParser(prog="fl-lightning report", description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", type=Path, help="run directories, or folders holding them")
+    parser.add_argument("--target", type=float, required=True, help="target val/acc, e.g. 0.7")
+    parser.add_argument("--out", type=Path, default=Path("report"), help="output prefix (.md, .csv, .tex, .png)")
+    parser.add_argument("--window", type=int, default=3, help="k of the sustained floats-to-target (default 3)")
+    parser.add_argument("--at-d", default="", help="budgets in d, e.g. 10,25,50: val/acc at each")
+    parser.add_argument("--title", default="")
+    parser.add_argument("--label", choices=("settings", "dir"), default="settings",
+                        help="name groups by the settings that differ (default) or by run directory")
+    options = parser.parse_args(args)
+    for path in options.runs:
+        if not path.exists():
+            raise ConfigError("report", f"{path}: no such directory")
+    budgets = [float(b) for b in options.at_d.split(",") if b]
+    curves, skipped = {}, []
+    for run in find_runs(options.runs):
+        curve = read_curve(run)
+        if not any("val/acc" in r for r in curve):
+            skipped.append(f"{run}: no val/acc logged")
+            continue
+        curves[run] = curve
+    for line in skipped:
+        print(f"fl-lightning report: skipped {line}")
+    if not curves:
+        raise ConfigError("report", f"no run with metrics under {', '.join(map(str, options.runs))} "
+                          "(a run is a folder with version_N/metrics.csv)")
+    groups = group_runs({run: read_settings(run) for run in curves}, by_dir=options.label == "dir")
+    summaries = {label: [summarise(curves[r], options.target, options.window, budgets) for r in runs]
+                 for label, runs in groups.items()}
+    print(write_tables(table(summaries, options.target, options.window, budgets), options.out, options.target,
+                       options.window), end="")
+    plot({label: [curves[r] for r in runs] for label, runs in groups.items()}, options.out, options.target,
+         options.title)
+    print(f"fl-lightning report: {len(curves)} runs in {len(groups)} groups → {options.out}.md/.csv/.tex/.png")
+    return 0

@@ -1,0 +1,130 @@
+"""``fl-lightning sweep``: a grid of ordinary ``fit`` runs (README, "Grids of runs").
+
+    fl-lightning sweep --config X --grid model.algorithm=fedavg,fedbcgd --grid seed_everything=0,1,2 \\
+        [--jobs J] [--print] [any fit option ...]
+
+Every combination becomes one ``fl-lightning fit`` run whose logger name is
+``<the config's logger name>/<key=value,...>`` (one run directory each). J runs at a time share
+the CPU threads (each gets cores // J). A run that finished leaves a marker in
+``<save_dir>/<name>/.sweep/`` and is skipped next time; an interrupted one resumes from its newest
+checkpoint (``--ckpt_path last``), so a killed sweep picks up where it stopped. ``--print`` only
+prints the commands, one per line, for a cluster scheduler (e.g. a SLURM job array) to run.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from fl_lightning.errors import ConfigError
+from fl_lightning.options import check_option_names
+
+TOP_LEVEL = {"seed_everything"}
+
+
+def parse(args: list[str]) -> tuple[list[tuple[str, list[str]]], int, bool, list[str]]:
+    """(grid, jobs, print only, the other fit arguments); bad grids fail here, before anything runs."""
+    grid, jobs, print_only, rest = [], 1, False, []
+    words = iter(args)
+    for word in words:
+        if word in ("--grid", "--jobs"):
+            value = next(words, None)
+            if value is None:
+                raise ConfigError(word, "needs a value")
+            word = f"{word}={value}"
+        if word.startswith("--grid="):
+            key, sep, values = word[len("--grid="):].partition("=")
+            choices = [v.strip() for v in values.split(",") if v.strip()]
+            if not sep or not key:
+                raise ConfigError("--grid", f"{word[7:]!r}: write key=value1,value2 (e.g. model.lr=0.05,0.1)")
+            if not choices:
+                raise ConfigError(f"--grid {key}", "empty list of values")
+            if key not in TOP_LEVEL:
+                if key.split(".")[0] not in ("model", "data", "trainer") or "." not in key:
+                    raise ConfigError(f"--grid {key}", "unknown key; grid over model.*, data.*, trainer.* or "
+                                      "seed_everything")
+                check_option_names([f"--{key}"])
+            grid.append((key, choices))
+        elif word.startswith("--jobs="):
+            jobs = int(word[len("--jobs="):])
+            if jobs < 1:
+                raise ConfigError("--jobs", f"must be ≥ 1, got {jobs}")
+        elif word == "--print":
+            print_only = True
+        else:
+            rest.append(word)
+    if not grid:
+        raise ConfigError("--grid", "give at least one, e.g. --grid seed_everything=0,1,2")
+    return grid, jobs, print_only, rest
+
+
+def logger_place(rest: list[str]) -> tuple[str, str]:
+    """(save_dir, name) of the logger the config files (and command line) set; CSV defaults runs/fl."""
+    save_dir, name = "runs", "fl"
+    for i, word in enumerate(rest[:-1]):
+        if word == "--config":
+            config = yaml.safe_load(Path(rest[i + 1]).read_text()) or {}
+            logger = (config.get("trainer") or {}).get("logger")
+            init_args = logger.get("init_args", {}) if isinstance(logger, dict) else {}
+            save_dir, name = init_args.get("save_dir", save_dir), init_args.get("name", name)
+        elif word == "--trainer.logger.init_args.save_dir":
+            save_dir = rest[i + 1]
+        elif word == "--trainer.logger.init_args.name":
+            name = rest[i + 1]
+    return str(save_dir), str(name)
+
+
+def label(combination: tuple[tuple[str, str], ...]) -> str:
+    return ",".join(f"{key.split('.')[-1]}={value}".replace("/", "_") for key, value in combination)
+
+
+def main(args: list[str]) -> int:
+    grid, jobs, print_only, rest = parse(args)
+    check_option_names(rest)
+    save_dir, name = logger_place(rest)
+    markers = Path(save_dir) / name / ".sweep"
+    runs = []
+    for values in itertools.product(*(choices for _, choices in grid)):
+        combination = tuple((key, value) for (key, _), value in zip(grid, values))
+        options = [word for key, value in combination for word in (f"--{key}", value)]
+        command = ["fit", *rest, *options, "--trainer.logger.init_args.name", f"{name}/{label(combination)}",
+                   "--ckpt_path", "last"]
+        runs.append((label(combination), command))
+    if print_only:
+        for _, command in runs:
+            print(shlex.join(["fl-lightning", *command]))
+        return 0
+    markers.mkdir(parents=True, exist_ok=True)
+    pending = [(tag, command) for tag, command in runs if not (markers / f"{tag}.done").exists()]
+    print(f"fl-lightning sweep: {len(runs)} runs, {len(runs) - len(pending)} finished before, {len(pending)} to run, "
+          f"{jobs} at a time (logs: {markers}/)", flush=True)
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    running, failed = [], []
+    while pending or running:
+        while pending and len(running) < jobs:
+            tag, command = pending.pop(0)
+            log = open(markers / f"{tag}.log", "a")
+            process = subprocess.Popen([sys.executable, "-m", "fl_lightning.cli", *command], stdout=log,
+                                       stderr=subprocess.STDOUT, env=env)
+            running.append((tag, process, log, time.monotonic()))
+        time.sleep(0.2)
+        for entry in [e for e in running if e[1].poll() is not None]:
+            tag, process, log, started = entry
+            running.remove(entry)
+            log.close()
+            seconds = time.monotonic() - started
+            if process.returncode == 0:
+                (markers / f"{tag}.done").write_text(f"{seconds:.1f} s wall time\n")
+                print(f"fl-lightning sweep: {tag} done in {seconds:.0f} s", flush=True)
+            else:
+                failed.append(tag)
+                print(f"fl-lightning sweep: {tag} failed (exit {process.returncode}); see {markers}/{tag}.log",
+                      flush=True)
+    return 1 if failed else 0

@@ -1,0 +1,88 @@
+"""``fl-lightning sweep`` and ``fl-lightning report`` (issue 11)."""
+import csv
+import math
+import os
+import statistics
+from pathlib import Path
+
+import pytest
+
+from fl_lightning.cli import main
+from fl_lightning.report import floats_to_target, read_curve
+
+QUICKSTART = str(Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml")
+QUIET = ["--trainer.enable_progress_bar", "false"]
+
+
+def test_print_lists_one_fit_command_per_grid_point(capsys):
+    code = main(["sweep", "--config", QUICKSTART, "--grid", "model.algorithm=fedavg,fedbcgd",
+                 "--grid=seed_everything=0,1", "--trainer.max_epochs", "3", "--print"])
+    lines = capsys.readouterr().out.splitlines()
+    assert code == 0 and len(lines) == 4
+    assert lines[0] == (f"fl-lightning fit --config {QUICKSTART} --trainer.max_epochs 3 --model.algorithm fedavg "
+                        "--seed_everything 0 --trainer.logger.init_args.name quickstart/algorithm=fedavg,"
+                        "seed_everything=0 --ckpt_path last")
+    assert [line.split("name ")[1].split()[0] for line in lines] == [
+        "quickstart/algorithm=fedavg,seed_everything=0", "quickstart/algorithm=fedavg,seed_everything=1",
+        "quickstart/algorithm=fedbcgd,seed_everything=0", "quickstart/algorithm=fedbcgd,seed_everything=1"]
+    assert not os.path.exists("runs")
+
+
+@pytest.mark.parametrize("grid, message", [
+    ("model.lrr=0.1,0.2", "--model.lrr: no such option; did you mean --model.lr?"),
+    ("model.lr=", "--grid model.lr: empty list of values"),
+    ("lr=0.1", "--grid lr: unknown key; grid over model.*, data.*, trainer.* or seed_everything"),
+    ("model.lr", "--grid: 'model.lr': write key=value1,value2"),
+])
+def test_bad_grids_fail_before_anything_runs(capsys, grid, message):
+    code = main(["sweep", "--config", QUICKSTART, "--grid", grid])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and message in err[0]
+    assert not os.path.exists("runs")
+
+
+def test_sweep_runs_skips_finished_resumes_interrupted_and_reports(capsys):
+    sweep = ["sweep", "--config", QUICKSTART, "--grid", "seed_everything=0,1", "--jobs", "2", *QUIET]
+    assert main([*sweep, "--trainer.max_epochs", "2"]) == 0
+    runs = Path("runs/quickstart")
+    assert sorted(p.name for p in runs.iterdir()) == [".sweep", "seed_everything=0", "seed_everything=1"]
+    assert main([*sweep, "--trainer.max_epochs", "2"]) == 0
+    assert "2 runs, 2 finished before, 0 to run" in capsys.readouterr().out
+    for seed in (0, 1):  # as if the sweep had been killed during these runs, now asked for 3 rounds
+        (runs / ".sweep" / f"seed_everything={seed}.done").unlink()
+    assert main([*sweep, "--trainer.max_epochs", "3"]) == 0  # each resumes from its checkpoint: only round 3 runs
+    resumed = runs / "seed_everything=1"
+    with open(resumed / "version_1" / "metrics.csv") as f:
+        assert [row["round"] for row in csv.DictReader(f)] == ["3.0"]
+    assert [r["round"] for r in read_curve(resumed)] == [1.0, 2.0, 3.0]  # the versions joined into one curve
+
+    capsys.readouterr()
+    assert main(["report", "runs/quickstart", "--target", "0.2", "--out", "out/table"]) == 0
+    out = capsys.readouterr().out
+    assert "2 runs in 1 groups" in out  # runs differing only in the seed form one group
+    with open("out/table.csv") as f:
+        (row,) = list(csv.DictReader(f))
+    finals = [read_curve(runs / f"seed_everything={s}")[-1]["val/acc"] for s in (0, 1)]
+    assert row["seeds"] == "2" and float(row["final_val_acc"]) == pytest.approx(statistics.fmean(finals))
+    assert float(row["final_val_acc_std"]) == pytest.approx(statistics.stdev(finals))
+    assert all(Path(f"out/table.{ext}").is_file() for ext in ("md", "tex", "png"))
+
+
+def test_report_names_what_it_skipped(capsys):
+    empty = Path("runs/broken/version_0")
+    empty.mkdir(parents=True)
+    (empty / "metrics.csv").write_text("round,train/loss\n1.0,2.3\n")
+    code = main(["report", "runs", "--target", "0.5"])
+    err = capsys.readouterr()
+    assert "skipped runs/broken: no val/acc logged" in err.out
+    assert code == 2 and "report: no run with metrics under runs" in err.err
+
+
+def test_floats_to_target_first_touch_and_sustained():
+    accuracy = [0.5, 0.9, 0.6, 0.8, 0.85, 0.9]
+    evaluated = [{"val/acc": a, "comm/upload_d": float(d + 1)} for d, a in enumerate(accuracy)]
+    # running means of the last 3: 0.5, 0.7, 0.667, 0.767, 0.75, 0.85 → at or above 0.75 from the 4th on
+    assert floats_to_target(evaluated, 0.75, window=3) == (2.0, 4.0)
+    assert floats_to_target(evaluated, 0.95, window=3) == (math.inf, math.inf)
+    assert floats_to_target(evaluated, 0.75, window=1) == (2.0, 4.0)
+    assert floats_to_target(evaluated[:5] + [{"val/acc": 0.1, "comm/upload_d": 6.0}], 0.75, 1)[1] == math.inf
