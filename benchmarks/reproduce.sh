@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 FL=${FL:-.venv/bin/fl-lightning}
 CONVEX=(--config configs/experiments/convex_mnist_logreg.yaml --model.lr 0.03 --model.eval_every_d 1
-        --trainer.enable_progress_bar false --grid seed_everything=0,1,2 --jobs "${JOBS:-2}")
+        --trainer.enable_progress_bar false --grid seed_everything=0,1,2 --jobs "${JOBS:-2}" --threads "${THREADS:-1}")
 sweep() {  # sweep <name> [options...]
   local name=$1; shift
   $FL sweep "${CONVEX[@]}" --trainer.logger.init_args.name "reproduction/$name" "$@"
@@ -20,9 +20,10 @@ case "${1:-}" in
             --grid model.algorithm=fedavg,fedavgm,scaffold,fedbcgd,fedbcgd_plus,topk,fedpaq,fedbcgd_qsgd ;;
   blocks) sweep blocks --model.max_upload_d 50 --model.algorithm fedbcgd --grid model.num_blocks=1,2,4,8 ;;
   momentum) sweep momentum --model.max_upload_d 25 --model.algorithm fedbcgd \
-              --grid model.server_momentum=0.4,0.5,0.6,0.7,0.8,0.9 ;;
-  ablations) sweep ablations --model.max_upload_d 25 \
-               --grid model.algorithm=fedbcgd,fedbcgd_freezing --grid model.shared_block=true,false \
-               --grid model.server_momentum=0.5,0.0 ;;
+              --grid model.server_momentum=0.4,0.6,0.8,0.9 ;;
+  ablations)  # FedBCGD as configured (λ 0.5, shared block), then one change at a time
+    sweep ablations/full --model.max_upload_d 25 --grid model.algorithm=fedbcgd,fedbcgd_freezing
+    sweep ablations/no_shared_block --model.max_upload_d 25 --model.algorithm fedbcgd --model.shared_block false
+    sweep ablations/no_momentum --model.max_upload_d 25 --model.algorithm fedbcgd --model.server_momentum 0 ;;
   *) echo "usage: $0 convex|blocks|momentum|ablations" >&2; exit 2 ;;
 esac

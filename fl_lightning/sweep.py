@@ -1,11 +1,11 @@
 """``fl-lightning sweep``: a grid of ordinary ``fit`` runs (README, "Grids of runs").
 
     fl-lightning sweep --config X --grid model.algorithm=fedavg,fedbcgd --grid seed_everything=0,1,2 \\
-        [--jobs J] [--print] [any fit option ...]
+        [--jobs J] [--threads T] [--print] [any fit option ...]
 
 Every combination becomes one ``fl-lightning fit`` run whose logger name is
 ``<the config's logger name>/<key=value,...>`` (one run directory each). J runs at a time share
-the CPU threads (each gets cores // J). A run that finished leaves a marker in
+the CPU threads (each gets cores // J, or ``--threads``). A run that finished leaves a marker in
 ``<save_dir>/<name>/.sweep/`` and is skipped next time; an interrupted one resumes from its newest
 checkpoint (``--ckpt_path last``), so a killed sweep picks up where it stopped. ``--print`` only
 prints the commands, one per line, for a cluster scheduler (e.g. a SLURM job array) to run.
@@ -28,12 +28,12 @@ from fl_lightning.options import check_option_names
 TOP_LEVEL = {"seed_everything"}
 
 
-def parse(args: list[str]) -> tuple[list[tuple[str, list[str]]], int, bool, list[str]]:
-    """(grid, jobs, print only, the other fit arguments); bad grids fail here, before anything runs."""
-    grid, jobs, print_only, rest = [], 1, False, []
+def parse(args: list[str]) -> tuple[list[tuple[str, list[str]]], int, int, bool, list[str]]:
+    """(grid, jobs, threads per job, print only, the other fit arguments); bad grids fail here."""
+    grid, jobs, threads, print_only, rest = [], 1, 0, False, []
     words = iter(args)
     for word in words:
-        if word in ("--grid", "--jobs"):
+        if word in ("--grid", "--jobs", "--threads"):
             value = next(words, None)
             if value is None:
                 raise ConfigError(word, "needs a value")
@@ -55,13 +55,17 @@ def parse(args: list[str]) -> tuple[list[tuple[str, list[str]]], int, bool, list
             jobs = int(word[len("--jobs="):])
             if jobs < 1:
                 raise ConfigError("--jobs", f"must be ≥ 1, got {jobs}")
+        elif word.startswith("--threads="):
+            threads = int(word[len("--threads="):])
+            if threads < 1:
+                raise ConfigError("--threads", f"must be ≥ 1, got {threads}")
         elif word == "--print":
             print_only = True
         else:
             rest.append(word)
     if not grid:
         raise ConfigError("--grid", "give at least one, e.g. --grid seed_everything=0,1,2")
-    return grid, jobs, print_only, rest
+    return grid, jobs, threads, print_only, rest
 
 
 def logger_place(rest: list[str]) -> tuple[str, str]:
@@ -85,7 +89,7 @@ def label(combination: tuple[tuple[str, str], ...]) -> str:
 
 
 def main(args: list[str]) -> int:
-    grid, jobs, print_only, rest = parse(args)
+    grid, jobs, threads, print_only, rest = parse(args)
     check_option_names(rest)
     save_dir, name = logger_place(rest)
     markers = Path(save_dir) / name / ".sweep"
@@ -104,7 +108,7 @@ def main(args: list[str]) -> int:
     pending = [(tag, command) for tag, command in runs if not (markers / f"{tag}.done").exists()]
     print(f"fl-lightning sweep: {len(runs)} runs, {len(runs) - len(pending)} finished before, {len(pending)} to run, "
           f"{jobs} at a time (logs: {markers}/)", flush=True)
-    threads = max(1, (os.cpu_count() or 1) // jobs)
+    threads = threads or max(1, (os.cpu_count() or 1) // jobs)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     running, failed = [], []
     while pending or running:
