@@ -190,6 +190,7 @@ class FederatedCLI(LightningCLI):
         config["weights_only"] = True  # explicit, whatever torch's default
         self.datamodule.check()
         self.model.check_compatible(self.datamodule)
+        self.model.check_trainer(self.trainer)
         if getattr(self, "checkpoint", None) is not None:
             check_same_network(self.checkpoint, self.model)
 

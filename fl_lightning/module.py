@@ -210,15 +210,19 @@ class FederatedModule(pl.LightningModule):
                               f"{datamodule.num_classes}; set the network's num_classes")
 
     # -- training: one epoch = one round ------------------------------------------------------
+    def check_trainer(self, trainer: pl.Trainer) -> None:
+        """Trainer settings this module cannot run with (the CLI calls it before any run directory exists)."""
+        if self.hparams.eval_every_d is not None and trainer.check_val_every_n_epoch != 1:
+            raise ConfigError("model.eval_every_d", "picks the rounds to evaluate itself: set "
+                              "trainer.check_val_every_n_epoch 1")
+        if getattr(trainer.precision_plugin, "scaler", None) is not None:
+            raise ConfigError("trainer.precision", "16-mixed needs a GradScaler that would rescale the server's "
+                              "pseudo-gradient; use bf16-mixed or 32")
+
     def on_fit_start(self):
         datamodule = self.trainer.datamodule
         self.check_compatible(datamodule)
-        if self.hparams.eval_every_d is not None and self.trainer.check_val_every_n_epoch != 1:
-            raise ConfigError("model.eval_every_d", "picks the rounds to evaluate itself: set "
-                              "trainer.check_val_every_n_epoch 1")
-        if getattr(self.trainer.precision_plugin, "scaler", None) is not None:
-            raise ConfigError("trainer.precision", "16-mixed needs a GradScaler that would rescale the server's "
-                              "pseudo-gradient; use bf16-mixed or 32")
+        self.check_trainer(self.trainer)
         if not self.trainer.is_global_zero:
             return
         network_hparams = dict(self.net.hparams) if is_lightning(self.net) else {}

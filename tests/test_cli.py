@@ -146,3 +146,16 @@ def test_nan_stops_with_the_round(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert err[-1].startswith("fl-lightning: error: round 1: ") and "NaN/inf" in err[-1]
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--model.eval_every_d", "1", "--trainer.check_val_every_n_epoch", "2"],
+     "model.eval_every_d: picks the rounds to evaluate itself: set trainer.check_val_every_n_epoch 1"),
+    (["--model.client_dropout", "1.5"], "model.client_dropout: must be in [0, 1), got 1.5"),
+    (["--model.compression", "top-k"], "model.compression: unknown 'top-k'; choose one of topk, randk, qsgd, none"),
+])
+def test_issue_9_to_11_options_fail_in_one_line_before_any_run_directory(capsys, options, message):
+    code = main(["fit", "--config", QUICKSTART, *options, *QUIET])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == [f"fl-lightning: error: {message}"]
+    assert not os.path.exists("runs")
