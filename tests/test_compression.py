@@ -27,7 +27,8 @@ class Uploads(FLCallback):
         self.raw, self.arrived, self.blocks = [], [], []
 
     def configure_round(self, loop, plan):
-        self.raw.append({}), self.arrived.append({}), self.blocks.append({})
+        for per_round in (self.raw, self.arrived, self.blocks):
+            per_round.append({})
 
     def on_client_end(self, loop, client):  # every on_client_end runs before compression (on_upload)
         self.raw[-1][client.client_id] = [(p.ranges, p.values().clone()) for p in client.upload.parts]
