@@ -37,6 +37,10 @@ if TYPE_CHECKING:  # pragma: no cover
 class FLCallback(pl.Callback):
     """Base class: every hook is a no-op; override the ones the algorithm needs."""
 
+    # True if the callback calls loop.gradient_at_global: the loop then keeps each minibatch's RNG
+    # state so that the second forward replays its dropout mask (otherwise it skips that work)
+    replays_minibatch: bool = False
+
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """Refuses to sit silently on a Trainer whose module runs no federated rounds."""
         from fl_lightning.module import FederatedModule

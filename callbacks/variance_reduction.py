@@ -11,6 +11,8 @@ from fl_lightning.callbacks.base import FLCallback
 
 
 class VarianceReduction(FLCallback):
+    replays_minibatch = True  # ∇f_i(x^r; ζ) needs ζ's dropout mask
+
     def on_client_start(self, loop, client):
         loop.full_gradient(client)  # while the working model is still x^r
 

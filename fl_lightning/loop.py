@@ -99,6 +99,7 @@ class FederatedLoop:
         self.comm = CommMeter(flat.num_params)
         self._gradient_hooks = self._overriding("on_local_gradient")
         self._step_hooks = self._overriding("on_local_step_end")
+        self._replays_minibatch = any(cb.replays_minibatch for cb in self._gradient_hooks)
         self._work: dict[str, torch.Tensor] = {}
 
     def _overriding(self, hook: str) -> list:
@@ -200,7 +201,8 @@ class FederatedLoop:
             xs, ys = x[perm], y[perm]
             for start in range(0, n, batch):
                 client.batch = (self.clients.prepare(xs[start:start + batch], augmentation), ys[start:start + batch])
-                client.batch_rng_state = global_rng_state(x.device)
+                if self._replays_minibatch:
+                    client.batch_rng_state = global_rng_state(x.device)
                 with self.forward_context():
                     loss = self.loss_fn(*client.batch)
                 flat.backward(loss)
@@ -239,6 +241,9 @@ class FederatedLoop:
     def gradient_at_global(self, client: ClientTask) -> torch.Tensor:
         """∇f_i(x^r; ζ) for the current minibatch ζ — the same augmented inputs and the same dropout
         mask as ∇f_i(y; ζ); the working model y and the RNG are left as they were."""
+        if client.batch_rng_state is None:
+            raise RuntimeError("gradient_at_global needs the minibatch's RNG state: set replays_minibatch = True "
+                               "on the FLCallback that calls it")
         device = self.flat.device
         saved, rng_after = self._buffer("saved_vector", self.flat.vector), global_rng_state(device)
         saved.copy_(self.flat.vector)
