@@ -67,10 +67,10 @@ class CompressedUpload(FLCallback):
             if self.error_feedback:
                 residual = self._residual(channel, client.client_id, loop)
                 values = values + torch.cat([residual[a:b] for a, b in ranges]).to(device)
-            message = self.encode(values, rng)
-            client.upload.parts.append(Part(channel, ranges, message))
-            if residual is not None:
-                error, offset = values - message.decode(), 0
+            part = Part(channel, ranges, self.encode(values, rng))
+            client.upload.parts.append(part)
+            if residual is not None:  # the server decodes the same part: decoded once (Part.values)
+                error, offset = values - part.values(), 0
                 residual = residual.clone()
                 for a, b in ranges:
                     residual[a:b] = error[offset:offset + b - a].cpu()

@@ -13,7 +13,7 @@ all held at once); ``mean``/``sum`` are plain functions of those sums.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Optional, Union
 
 import torch
 
@@ -27,6 +27,7 @@ class Part:
     channel: str
     ranges: list[tuple[int, int]]  # the slices of the channel's vector it covers, in order
     message: Message
+    _decoded: Optional[torch.Tensor] = field(default=None, repr=False)
 
     @property
     def wire(self) -> tuple[torch.Tensor, ...]:
@@ -37,8 +38,12 @@ class Part:
         return sum(t.numel() * t.element_size() for t in self.wire)
 
     def values(self) -> torch.Tensor:
-        """The (decoded) values of the covered slices, concatenated."""
-        return self.message if isinstance(self.message, torch.Tensor) else self.message.decode()
+        """The (decoded) values of the covered slices, concatenated; a message is decoded once."""
+        if isinstance(self.message, torch.Tensor):
+            return self.message
+        if self._decoded is None:
+            self._decoded = self.message.decode()
+        return self._decoded
 
 
 @dataclass
