@@ -19,7 +19,8 @@ for name, extra in SETTINGS.items():
                              "false", *extra], run=False)
     cli.trainer.fit(cli.model, cli.datamodule)
     (controls,) = [cb for cb in cli.model.loop.callbacks if isinstance(cb, ControlVariates)]
-    mean_ci = sum(controls.client_controls.values()) / len(cli.model.loop.clients)  # clients never sampled: c_i = 0
+    table = controls.client_controls  # clients never sampled: c_i = 0
+    mean_ci = sum(table.read(i) for i in table.clients()) / len(cli.model.loop.clients)
     drift = float((controls.server_control.cpu() - mean_ci).norm() / mean_ci.norm())
     metrics = cli.trainer.callback_metrics
     print(f"{name}: upload_d {cli.model.loop.comm.upload_d:.1f}, |c - mean c_i| / |mean c_i| = {drift:.3f}, "

@@ -7,8 +7,8 @@ compressed message; the server decodes it before aggregating (``comm.ReceivedSum
 
 Error feedback (Top-k's residual accumulation, Aji & Heafield 2017; Karimireddy et al. 2019):
 the client compresses v = u + e_i and keeps e_i ← v − decode(message) on the slices it sent
-(e_i per client and channel, on the CPU, saved in checkpoints; committed only when the upload
-arrives — ``on_client_reported``).
+(e_i per client and channel in the run's client-state store, tables ``residual_<channel>``;
+committed only when the upload arrives — ``on_client_reported``).
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import torch
 from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.comm import Part
 from fl_lightning.compression import qsgd, randk, topk
+from fl_lightning.client_state import refuse_inline_client_state
 from fl_lightning.errors import ConfigError
 from fl_lightning.seeding import Stream, generator, stream_seed
 
@@ -48,7 +49,7 @@ class CompressedUpload(FLCallback):
             raise ConfigError("CompressedUpload(bucket_size=...)", f"must be ≥ 1 or None, got {bucket_size}")
         self.method, self.k, self.levels, self.bucket_size = method, k, levels, bucket_size
         self.error_feedback = error_feedback
-        self.residuals: dict[str, dict[int, torch.Tensor]] = {}  # channel → client → e_i (CPU)
+        self.residuals = {}  # channel → its client-state table of e_i (error feedback)
 
     def encode(self, values: torch.Tensor, rng: torch.Generator):
         if self.method == "topk":
@@ -56,6 +57,12 @@ class CompressedUpload(FLCallback):
         if self.method == "randk":
             return randk(values, self.k, rng)
         return qsgd(values, self.levels, self.bucket_size, rng)
+
+    def configure_round(self, loop, plan):
+        if self.error_feedback:
+            sizes = {"delta": loop.flat.numel, "control": loop.flat.num_params}
+            self.residuals = {channel: loop.client_state.table(f"residual_{channel}", size)
+                              for channel, size in sizes.items()}
 
     def on_upload(self, loop, client):
         device = loop.flat.device
@@ -65,31 +72,25 @@ class CompressedUpload(FLCallback):
             ranges, values = client.upload.take(channel)
             residual = None
             if self.error_feedback:
-                residual = self._residual(channel, client.client_id, loop)
+                residual = self.residuals[channel].read(client.client_id)
                 values = values + torch.cat([residual[a:b] for a, b in ranges]).to(device)
             part = Part(channel, ranges, self.encode(values, rng))
             client.upload.parts.append(part)
             if residual is not None:  # the server decodes the same part: decoded once (Part.values)
-                error, offset = values - part.values(), 0
-                residual = residual.clone()
+                error, offset = values - part.values(), 0  # residual: a fresh row, changed in place
                 for a, b in ranges:
                     residual[a:b] = error[offset:offset + b - a].cpu()
                     offset += b - a
                 kept[channel] = residual
         client.info["residuals"] = kept
 
-    def _residual(self, channel: str, client_id: int, loop) -> torch.Tensor:
-        stored = self.residuals.get(channel, {}).get(client_id)
-        size = loop.flat.numel if channel == "delta" else loop.flat.num_params
-        return stored if stored is not None else torch.zeros(size)
-
     def on_client_reported(self, loop, client):
         for channel, residual in client.info.get("residuals", {}).items():
-            self.residuals.setdefault(channel, {})[client.client_id] = residual
+            self.residuals[channel].write(client.client_id, residual)
 
     def state_dict(self) -> dict:
         return {"method": self.method, "k": self.k, "levels": self.levels, "bucket_size": self.bucket_size,
-                "error_feedback": self.error_feedback, "residuals": self.residuals}
+                "error_feedback": self.error_feedback}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self.residuals = {channel: dict(by_client) for channel, by_client in state_dict["residuals"].items()}
+        refuse_inline_client_state(state_dict, "residuals")

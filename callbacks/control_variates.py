@@ -17,9 +17,9 @@ server        c ← c + (1/M) Σ Δc; on FedBCGD+'s shared block (1/(MN)) Σ Δc
 each optimizer step (no η); c_i⁺ = c_i − c + (x^r − y_T)/T, kept whole; upload c_i⁺ − c; server
 c ← c + 0.1 · (per-coordinate mean over uploaders), the first time c ← that mean.
 
-c_i is kept for every one of the M clients across rounds, on the CPU (M model-sized
-vectors do not belong on an accelerator), and saved in checkpoints. The Δc sum is never
-weighted by sample counts (``weighted_aggregation`` weights Δ only).
+c_i is kept for every one of the M clients across rounds in the run's client-state store (on
+disk, table ``control_variate``; a checkpoint holds where the rows are, not the rows). The Δc
+sum is never weighted by sample counts (``weighted_aggregation`` weights Δ only).
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from typing import Optional
 import torch
 
 from fl_lightning.callbacks.base import FLCallback
+from fl_lightning.client_state import refuse_inline_client_state
 from fl_lightning.errors import ConfigError
 
 AUTHORS_SERVER_STEP = 0.1  # their c ← c + 0.1 · mean(c_i⁺ − c): an exponential moving average
@@ -56,12 +57,14 @@ class ControlVariates(FLCallback):
                 raise ConfigError(f"ControlVariates({name}=...)", f"unknown {value!r}; choose one of {choices}")
         self.option, self.keep, self.shared_coefficient, self.rule = option, keep, shared_coefficient, rule
         self.block_coefficients = block_coefficients
-        self.client_controls: dict[int, torch.Tensor] = {}  # c_i, on the CPU
         self.server_control: Optional[torch.Tensor] = None  # c
         self.server_rounds = 0  # server updates of c so far (the authors' first one is undamped)
         self._coefficients: Optional[torch.Tensor] = None
 
     # -- client ---------------------------------------------------------------------------
+    def configure_round(self, loop, plan):
+        self.client_controls = loop.client_state.table("control_variate", loop.flat.num_params)  # c_i
+
     def _server_control(self, loop) -> torch.Tensor:
         if self.server_control is None:
             self.server_control = torch.zeros_like(loop.flat.grad)
@@ -71,8 +74,7 @@ class ControlVariates(FLCallback):
     def on_client_start(self, loop, client):
         c = self._server_control(loop)
         client.download.add("control", 0, c)
-        stored = self.client_controls.get(client.client_id)
-        c_i = stored.to(c.device) if stored is not None else torch.zeros_like(c)
+        c_i = self.client_controls.read(client.client_id).to(c.device)
         client.info["control"] = c_i
         client.info["correction"] = c - c_i
         if self.option == "option1" and self.rule == "spec":
@@ -108,7 +110,7 @@ class ControlVariates(FLCallback):
         client.info["kept_control"] = kept
 
     def on_client_reported(self, loop, client):
-        self.client_controls[client.client_id] = client.info["kept_control"].cpu()
+        self.client_controls.write(client.client_id, client.info["kept_control"])
 
     # -- server ---------------------------------------------------------------------------
     def _coefficient_vector(self, loop) -> torch.Tensor:
@@ -135,10 +137,10 @@ class ControlVariates(FLCallback):
     def state_dict(self) -> dict:
         return {"option": self.option, "keep": self.keep, "shared_coefficient": self.shared_coefficient,
                 "rule": self.rule, "server_rounds": self.server_rounds,
-                "client_controls": self.client_controls, "server_control": self.server_control}
+                "server_control": self.server_control}
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.option, self.keep, self.rule = state_dict["option"], state_dict["keep"], state_dict["rule"]
         self.shared_coefficient, self.server_rounds = state_dict["shared_coefficient"], state_dict["server_rounds"]
-        self.client_controls = dict(state_dict["client_controls"])
+        refuse_inline_client_state(state_dict, "client_controls")
         self.server_control = state_dict["server_control"]

@@ -101,6 +101,24 @@ class ReceivedSums:
                 weights[start:stop].add_(weight)
                 offset += stop - start
 
+    def add_sum(self, channel: str, values: torch.Tensor) -> None:
+        """Adds a value the server derives from a reported upload (e.g. FedDC's h_i change) to ``channel``;
+        nothing is sent for it, so nothing is counted. The channel must be in ``sizes``."""
+        total, weights = self._buffers(channel)
+        total.add_(values.to(total.dtype))
+        weights.add_(1.0)
+
+    def has(self, channel: str) -> bool:
+        return channel in self._sum
+
+    def all_reduce(self, channel: str, collective) -> None:
+        """Sums the channel's sums and weights over the ranks (one collective); every rank then holds
+        the round's totals over all its clients."""
+        total, weights = self._buffers(channel)
+        both = collective.sum_(torch.cat([total, weights]))
+        total.copy_(both[:total.numel()])
+        weights.copy_(both[total.numel():])
+
     def sum(self, channel: str) -> torch.Tensor:
         """Σ over clients of what they uploaded (zero where nobody did)."""
         return self._buffers(channel)[0]

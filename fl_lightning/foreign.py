@@ -17,6 +17,7 @@ from contextlib import contextmanager
 import pytorch_lightning as pl
 import torch
 
+from fl_lightning.distributed import Collective
 from fl_lightning.errors import ConfigError
 
 
@@ -45,10 +46,16 @@ class LoggedValues:
         for name, value in dictionary.items():
             self.log(name, value)
 
-    def pop_means(self) -> dict[str, float]:
-        means = {name: float(total) / self._counts[name] for name, total in self._sums.items()}
+    def pop_means(self, collective: Collective) -> dict[str, float]:
+        """Means of what was logged since the last call, over every rank's clients (or batches)."""
+        names = collective.union(sorted(self._sums))
+        if not names:
+            return {}
+        totals = torch.tensor([[float(self._sums.get(name, 0.0)), float(self._counts.get(name, 0))] for name in names],
+                              dtype=torch.float64)
+        totals = collective.sum_(totals.to(collective.device))
         self._sums, self._counts = {}, {}
-        return means
+        return {name: total / count for name, (total, count) in zip(names, totals.tolist()) if count}
 
 
 @contextmanager

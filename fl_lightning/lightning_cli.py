@@ -207,9 +207,12 @@ class FederatedCLI(LightningCLI):
         metrics = self.trainer.callback_metrics
         upload = self.model.loop.comm.upload_d if self.model.loop else 0.0
         accuracy = {key: f"{float(metrics[key]):.4f}" if key in metrics else "n/a" for key in ("val/acc", "test/acc")}
+        log_dir = self.trainer.log_dir  # (a collective under DDP: every rank asks)
+        if not self.trainer.is_global_zero:
+            return
         print(f"fl-lightning: {self.trainer.current_epoch} rounds, final val/acc {accuracy['val/acc']}, "
               f"test/acc {accuracy['test/acc']}, comm/upload_d {upload:.2f}, "
-              f"run dir {os.path.abspath(self.trainer.log_dir or '.')}")
+              f"run dir {os.path.abspath(log_dir or '.')}")
         for logger in self.trainer.loggers:
             if isinstance(logger, WandbLogger):  # the command's run is over (a next in-process run starts afresh)
                 logger.experiment.finish()

@@ -1,15 +1,17 @@
 """``FederatedLoop``: one communication round (spec, "FedAvg" and the hooks of every algorithm).
 
     plan = configure_round(r)                 sample S of M clients (seeded by round)
-    for client in plan.clients:               sequentially, on one reused working model
+    for client in this rank's share of plan:  sequentially, on one reused working model
         y ← x^r                                 client_init   (flat copy)
         T local SGD steps                       client_step   (E epochs × ⌈n/B⌉ batches)
         upload Δ = y − x^r over upload_ranges   client_final
         received.add(upload)                    summed as it streams in, if it arrives and is finite
+    sums and counts all-reduced over ranks    (one process: nothing to do; fl_lightning.distributed)
     x^{r+1} = server_optimizer.step(g = −Δ̄)   server_update (FLCallbacks may transform Δ̄ first);
                                               skipped if no client reported
 
-Algorithms change this only through ``FLCallback`` hooks (fl_lightning.callbacks.base).
+Algorithms change this only through ``FLCallback`` hooks (fl_lightning.callbacks.base); per-client
+vectors they keep across rounds live in ``loop.client_state`` (fl_lightning.client_state).
 """
 from __future__ import annotations
 
@@ -22,8 +24,10 @@ import torch
 from pytorch_lightning.utilities import rank_zero_warn
 
 from fl_lightning.blocks import BlockPartition
+from fl_lightning.client_state import ClientStateStore
 from fl_lightning.comm import CommMeter, Payload, ReceivedSums
 from fl_lightning.data.datamodule import ClientData
+from fl_lightning.distributed import Collective
 from fl_lightning.errors import DivergenceError
 from fl_lightning.flat import FlatModel
 from fl_lightning.seeding import (Purpose, Stream, derive_seed, generator, global_rng_state, isolated_rng,
@@ -71,6 +75,49 @@ class RoundPlan:
     round: int
     lr: float
     clients: list[ClientTask]
+    channels: dict[str, int] = field(default_factory=dict)  # the server's sums this round: name → size
+
+
+class RoundTally:
+    """Per position in the round's plan: bytes each way and what became of the client's upload;
+    the reporting clients' loss sum. Rows are filled on the rank that trained the client, then summed
+    over ranks together with the round's channel sums (``all_reduce``)."""
+
+    def __init__(self, num_clients: int, device: torch.device):
+        rows = torch.zeros(4, num_clients, dtype=torch.float64, device=device)
+        self._rows = rows
+        self.upload_bytes, self.download_bytes, self.lost, self.non_finite = rows.unbind()
+        self._loss = torch.zeros(2, device=device)  # Σ loss over local steps, # steps (fp32, as the loss)
+
+    def add_loss(self, loss_sum: torch.Tensor, steps: int) -> None:
+        self._loss[0] += loss_sum
+        self._loss[1] += steps
+
+    def mean_loss(self) -> torch.Tensor:
+        return self._loss[0] / self._loss[1]
+
+    def all_reduce(self, collective: Collective, received: ReceivedSums, plan: RoundPlan,
+                   written: dict[str, set[int]]) -> dict[str, list[int]]:
+        """Sums everything over the ranks: first the counts, which channels any rank used and which
+        clients' state rows were written (one small collective), then each used channel (one each).
+        Returns, per client-state table, the clients whose rows to commit."""
+        channels, tables = list(plan.channels), sorted(written)
+        device = self._rows.device
+        used = torch.tensor([float(received.has(c)) for c in channels], dtype=torch.float64, device=device)
+        flags = torch.tensor([[float(client.client_id in written[name]) for client in plan.clients] for name in tables],
+                             dtype=torch.float64, device=device).reshape(len(tables), len(plan.clients))
+        packed = collective.sum_(torch.cat([self._rows.flatten(), self._loss.double(), used, flags.flatten()]))
+        sizes = [self._rows.numel(), 2, len(channels), flags.numel()]
+        rows, loss, used, flags = packed.split(sizes)
+        self._rows.copy_(rows.view_as(self._rows))
+        self._loss.copy_(loss)
+        if collective.world_size > 1:
+            for channel, any_rank in zip(channels, used.tolist()):
+                if any_rank:
+                    received.all_reduce(channel, collective)
+        flags = flags.view(len(tables), len(plan.clients)).tolist()
+        return {name: [client.client_id for client, flag in zip(plan.clients, flags[t]) if flag]
+                for t, name in enumerate(tables)}
 
 
 class FederatedLoop:
@@ -81,11 +128,14 @@ class FederatedLoop:
             the parameters ``server_optimizer`` steps.
         server_optimizer: anything with ``step()`` over ``global_vector[:num_params]`` (the module
             passes Lightning's optimizer wrapper, so each round is one Lightning optimizer step).
+        client_state: where callbacks keep per-client vectors across rounds.
+        collective: this process's rank among the run's processes (default: the only one).
     """
 
     def __init__(self, flat: FlatModel, clients: ClientData, loss_fn: Callable, optimizer: torch.optim.Optimizer,
                  config: LocalConfig, callbacks: Sequence, global_vector: torch.Tensor, server_optimizer,
-                 forward_context: Callable[[], ContextManager] = nullcontext, blocks: Optional[BlockPartition] = None):
+                 client_state: ClientStateStore, forward_context: Callable[[], ContextManager] = nullcontext,
+                 blocks: Optional[BlockPartition] = None, collective: Optional[Collective] = None):
         self.flat = flat
         self.blocks = blocks
         self.clients = clients
@@ -96,6 +146,9 @@ class FederatedLoop:
         self.forward_context = forward_context
         self.global_vector = global_vector
         self.server_optimizer = server_optimizer
+        self.client_state = client_state
+        self.collective = collective or Collective()
+        self.received: Optional[ReceivedSums] = None  # the round's running sums, while the round runs
         self.comm = CommMeter(flat.num_params)
         self._gradient_hooks = self._overriding("on_local_gradient")
         self._step_hooks = self._overriding("on_local_step_end")
@@ -125,8 +178,10 @@ class FederatedLoop:
             lost = np.random.default_rng(derive_seed(round_idx, Purpose.FAILURE)).random(len(tasks))
             for task, draw in zip(tasks, lost):
                 task.lost = bool(draw < self.config.client_dropout)
-        plan = RoundPlan(round_idx, lr, tasks)
+        # "delta": model updates (params and buffers); "control": control-variate updates (params)
+        plan = RoundPlan(round_idx, lr, tasks, {"delta": self.flat.numel, "control": self.flat.num_params})
         self._call("configure_round", plan)
+        self.client_state.begin_round(round_idx, [client.client_id for client in plan.clients])
         return plan
 
     # -- one round ----------------------------------------------------------------------
@@ -134,30 +189,35 @@ class FederatedLoop:
         """Runs round ``round_idx``; returns the reporting clients' mean local training loss (a 0-dim
         tensor), or None if no client reported (then nothing changed)."""
         plan = self.configure_round(round_idx, lr)
-        # "delta": model updates (params and buffers); "control": control-variate updates (params)
-        received = ReceivedSums({"delta": self.flat.numel, "control": self.flat.num_params}, self.global_vector.device)
-        loss_sum, steps, up, down, lost, non_finite = 0.0, 0, [], [], 0, 0
-        for client in plan.clients:
+        received = self.received = ReceivedSums(plan.channels, self.global_vector.device)
+        tally = RoundTally(len(plan.clients), self.global_vector.device)
+        for position in self.collective.share([c.num_samples * c.local_epochs for c in plan.clients]):
+            client = plan.clients[position]
             self.run_client(client)
             if client.lost:
-                lost += 1
+                tally.lost[position] = 1
             elif not client.upload.is_finite():  # dropped, not averaged into the model
-                non_finite += 1
+                tally.non_finite[position] = 1
             else:
                 received.add(client.upload, delta_weight=client.num_samples if self.config.weighted_aggregation else 1.0)
                 self._call("on_client_reported", client)
-                loss_sum, steps = client.loss_sum + loss_sum, steps + client.steps
-            up.append(0 if client.pooled or client.lost else client.upload.nbytes)
-            down.append(0 if client.pooled else client.download.nbytes)
+                tally.add_loss(client.loss_sum, client.steps)
+            tally.upload_bytes[position] = 0 if client.pooled or client.lost else client.upload.nbytes
+            tally.download_bytes[position] = 0 if client.pooled else client.download.nbytes
             client.drop_tensors()
-        self.comm.add_round(up, down, clients_dropped=lost + non_finite)
+        committed = tally.all_reduce(self.collective, received, plan, self.client_state.written())
+        self.client_state.end_round(committed)
+        lost, non_finite = int(tally.lost.sum()), int(tally.non_finite.sum())
+        self.comm.add_round(tally.upload_bytes.long().tolist(), tally.download_bytes.long().tolist(),
+                            clients_dropped=lost + non_finite)
         self._report_drops(round_idx, len(plan.clients), lost, non_finite)
         reported = len(plan.clients) - lost - non_finite
         if reported:
             self.server_update(received)
         self.flat.load(self.global_vector)
         self._call("on_round_end", plan)
-        return loss_sum / steps if reported else None
+        self.received = None
+        return tally.mean_loss() if reported else None
 
     @staticmethod
     def _report_drops(round_idx: int, sampled: int, lost: int, non_finite: int) -> None:

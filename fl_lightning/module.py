@@ -11,12 +11,14 @@ from __future__ import annotations
 import math
 import os
 import pickle
+import warnings
 from typing import Optional, Union
 
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.cli import OptimizerCallable
 from pytorch_lightning.utilities import rank_zero_warn
+from pytorch_lightning.utilities.warnings import PossibleUserWarning
 import torch.nn.functional as F
 from torch import nn
 
@@ -24,8 +26,10 @@ from fl_lightning.algorithms import BLOCK_ALGORITHMS, algorithm_help, build_call
 from fl_lightning.blocks import build_partition
 from fl_lightning.checkpoint_io import install as install_safe_checkpoint_io, refusal as checkpoint_refusal
 from fl_lightning.callbacks.base import FLCallback
+from fl_lightning.client_state import ClientStateStore
+from fl_lightning.distributed import Collective
 from fl_lightning.errors import ConfigError, DivergenceError, check_unchanged
-from fl_lightning.evaluation import batch_sums, test_metrics, train_objective
+from fl_lightning.evaluation import batch_sums, summed_over_ranks, test_metrics, train_objective
 from fl_lightning.flat import FlatModel
 from fl_lightning.foreign import LoggedValues, is_lightning, logging_into, network_optimizer, overrides
 from fl_lightning.loop import FederatedLoop, LocalConfig
@@ -43,6 +47,15 @@ def run_dirs(trainer: pl.Trainer) -> list[str]:
             os.makedirs(run_dir, exist_ok=True)
             dirs.append(run_dir)
     return dirs
+
+
+def client_state_dir(trainer: pl.Trainer) -> str:
+    """``<run dir>/client_state``: beside the CSV/TensorBoard version's checkpoints, or per run id
+    under another logger's save_dir (W&B's own files dir would upload it); the same on every rank."""
+    if not trainer.loggers or isinstance(trainer.loggers[0], (pl.loggers.CSVLogger, pl.loggers.TensorBoardLogger)):
+        return os.path.join(trainer.log_dir, "client_state")
+    run_id = trainer.strategy.broadcast(str(trainer.loggers[0].version))
+    return os.path.join(trainer.log_dir, "client_state", run_id)
 
 
 class FederatedModule(pl.LightningModule):
@@ -124,6 +137,7 @@ class FederatedModule(pl.LightningModule):
         self.flat = FlatModel(network, order=self.blocks.order if self.blocks else None)
         self.global_vector: Optional[torch.Tensor] = None  # x^r, made with the server optimizer
         self.loop: Optional[FederatedLoop] = None
+        self.client_state: Optional[ClientStateStore] = None  # c_i, h_i, e_i of every client, on disk
         self.upload_d_at_target: Optional[float] = None
         self._restored: Optional[dict] = None
         self._val_sums: list[torch.Tensor] = []
@@ -140,6 +154,9 @@ class FederatedModule(pl.LightningModule):
 
     def setup(self, stage: str) -> None:
         install_safe_checkpoint_io(self.trainer)  # atomic writes, weights-only reads: CLI and Python alike
+        if self.trainer.world_size > 1:  # every value this module logs is already the same on every rank
+            warnings.filterwarnings("ignore", message=r"It is recommended to use `self.log\(.*sync_dist=True",
+                                    category=PossibleUserWarning)
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path, map_location=None, hparams_file=None, strict=None,
@@ -256,12 +273,33 @@ class FederatedModule(pl.LightningModule):
                              self.settings.grad_clip, hp.client_dropout)
         self.global_vector.copy_(self.flat.vector)  # x^r: the network holds it (restored on resume)
         server, local = self.optimizers()
-        self.loop = FederatedLoop(self.flat, self.trainer.datamodule.clients.to(self.device), self.local_loss,
-                                  local.optimizer, config, fl_callbacks, self.global_vector, server,
-                                  self.trainer.precision_plugin.forward_context, self.blocks)
+        clients = self.trainer.datamodule.clients.to(self.device)
+        self.client_state = self._client_state(len(clients))
+        self.loop = FederatedLoop(self.flat, clients, self.local_loss, local.optimizer, config, fl_callbacks,
+                                  self.global_vector, server, self.client_state,
+                                  self.trainer.precision_plugin.forward_context, self.blocks,
+                                  Collective(self.trainer.strategy))
         if self._restored is not None:
             self.loop.comm.load_state_dict(self._restored["comm"])
             self.upload_d_at_target = self._restored["upload_d_at_target"]
+
+    def _client_state(self, num_clients: int) -> ClientStateStore:
+        """A new run's store starts empty; a resumed run's reads on where its checkpoint's rows are."""
+        trainer = self.trainer
+        store = ClientStateStore(num_clients, client_state_dir(trainer))
+        saved = (self._restored or {}).get("client_state")
+        if saved is not None:
+            beside_checkpoint = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(trainer.ckpt_path))),
+                                             "client_state") if trainer.ckpt_path else None
+            store.load_state_dict(saved, beside_checkpoint)
+        elif trainer.is_global_zero:
+            store.start_fresh()
+        trainer.strategy.barrier("client_state")
+        return store
+
+    def teardown(self, stage: str) -> None:
+        if self.client_state is not None:
+            self.client_state.close()  # file handles; a later read or checkpoint reopens them
 
     def training_step(self, batch, batch_idx):
         round_idx = self.current_epoch
@@ -284,7 +322,7 @@ class FederatedModule(pl.LightningModule):
 
     def on_train_epoch_end(self):
         """One logger row per round: progress, communication, and the round's validation."""
-        row = {**self._train_logs.pop_means(), "round": float(self.current_epoch + 1), "lr": self._lr,
+        row = {**self._train_logs.pop_means(Collective(self.trainer.strategy)), "round": float(self.current_epoch + 1), "lr": self._lr,
                **self.loop.comm.metrics(), **self._val_metrics}
         if self._train_loss is not None:
             row["train/loss"] = self._train_loss
@@ -335,9 +373,9 @@ class FederatedModule(pl.LightningModule):
         if self._skip_eval:
             self._skip_eval = False
             return
-        loss, correct, count = torch.stack(self._val_sums).sum(0).tolist()
+        loss, correct, count = summed_over_ranks(self._val_sums, self.device, self.trainer).tolist()
         self._val_sums = []
-        metrics = {**self._eval_logs.pop_means(), f"{prefix}/acc": correct / count, f"{prefix}/loss": loss / count}
+        metrics = {**self._eval_logs.pop_means(Collective(self.trainer.strategy)), f"{prefix}/acc": correct / count, f"{prefix}/loss": loss / count}
         fitting = self.trainer.state.fn == "fit"
         if fitting and self.hparams.eval_train_objective and self.loop is not None:
             metrics["train/objective"] = train_objective(self.net, self.loop.clients, self.trainer.datamodule,
@@ -365,7 +403,8 @@ class FederatedModule(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint):
         checkpoint["federated"] = {"comm": self.loop.comm.state_dict() if self.loop else None,
                                    "upload_d_at_target": self.upload_d_at_target, "curve": self._curve,
-                                   "seed": run_seed(), "eval_mark": self._eval_mark}
+                                   "seed": run_seed(), "eval_mark": self._eval_mark,
+                                   "client_state": self.client_state.state_dict() if self.client_state else None}
 
     def on_load_checkpoint(self, checkpoint):
         """Every random draw of a round derives from the run seed: a resume under another seed

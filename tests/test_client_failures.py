@@ -37,10 +37,11 @@ def check_against_reference(module, initial, recorder, rule, split_and_parts=Non
     for cb in module.loop.callbacks:
         if isinstance(cb, (ControlVariates, DriftCorrection)):
             assert_params(flat_state(module, cb.server_control), expected["c"])
-            assert set(cb.client_controls) == {rec["client"] for rnd in recorder.rounds for rec in rnd
-                                               if rec["reported"]}  # a dropped client stores nothing
-            for i, stored in cb.client_controls.items():
-                assert_params(flat_state(module, stored), expected["c_client"][i])
+            table = cb.client_controls
+            assert set(table.clients()) == {rec["client"] for rnd in recorder.rounds for rec in rnd
+                                            if rec["reported"]}  # a dropped client stores nothing
+            for i in table.clients():
+                assert_params(flat_state(module, table.read(i)), expected["c_client"][i])
     return expected
 
 

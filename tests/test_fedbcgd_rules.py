@@ -44,9 +44,10 @@ def test_two_rounds_match_reference(case):
     if rule.controls:
         (controls,) = [cb for cb in module.loop.callbacks if isinstance(cb, ControlVariates)]
         assert_params(flat_state(module, controls.server_control), expected["c"])
-        assert set(controls.client_controls) == {rec["client"] for rnd in recorder.rounds for rec in rnd}
-        for i, stored in controls.client_controls.items():
-            assert_params(flat_state(module, stored), expected["c_client"][i])
+        table = controls.client_controls
+        assert set(table.clients()) == {rec["client"] for rnd in recorder.rounds for rec in rnd}
+        for i in table.clients():
+            assert_params(flat_state(module, table.read(i)), expected["c_client"][i])
     check_local_models(module, recorder, freeze=rule.freeze)
 
 

@@ -63,8 +63,9 @@ class ClientData:
 class TensorBatches:
     """A loader over in-memory tensors: consecutive slices, no per-sample Python work."""
 
-    def __init__(self, *tensors: torch.Tensor, batch_size: int):
-        self.tensors = tensors
+    def __init__(self, *tensors: torch.Tensor, batch_size: int, rank: int = 0, world_size: int = 1):
+        n = len(tensors[0])  # several processes: rank r takes the r-th of K contiguous shares, none twice
+        self.tensors = tuple(t[n * rank // world_size:n * (rank + 1) // world_size] for t in tensors)
         self.batch_size = batch_size
 
     def __len__(self) -> int:
@@ -194,15 +195,20 @@ class FederatedDataModule(pl.LightningDataModule):
         # One item per epoch: the FederatedLoop runs the whole round inside training_step.
         return TensorBatches(torch.zeros(1), batch_size=1)
 
+    def _shard(self) -> dict:
+        """Under DDP each rank evaluates its share of the batches; the module sums them over ranks."""
+        trainer = self.trainer
+        return {"rank": trainer.global_rank, "world_size": trainer.world_size} if trainer is not None else {}
+
     def val_dataloader(self):
         self.setup()
         if self.split.val_x is not None:
-            return TensorBatches(self.split.val_x, self.split.val_y, batch_size=self.eval_batch_size)
+            return TensorBatches(self.split.val_x, self.split.val_y, batch_size=self.eval_batch_size, **self._shard())
         return self.test_dataloader()
 
     def test_dataloader(self):
         self.setup()
-        return TensorBatches(self.split.test_x, self.split.test_y, batch_size=self.eval_batch_size)
+        return TensorBatches(self.split.test_x, self.split.test_y, batch_size=self.eval_batch_size, **self._shard())
 
     def settings(self) -> dict:
         """The options that decide what the clients hold (checked when a run resumes)."""

@@ -1,0 +1,76 @@
+"""One round's clients over several processes (README, "Several GPUs"; Lightning's DDP strategy).
+
+Every rank derives the same round plan from the seed, trains its share of the sampled clients
+(``share``: the longest local jobs first, each to the least loaded rank), and the round's upload
+sums are all-reduced, one collective per channel, through the Trainer's strategy
+(``strategy.reduce``, i.e. torch.distributed). Every rank then holds the same sums and applies the
+same server update, so the global models never diverge and nothing else is exchanged.
+"""
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+import torch
+
+from fl_lightning.errors import FLUserError
+
+
+class CollectiveError(FLUserError):
+    """A collective failed: another rank died, or it timed out."""
+
+
+class Collective:
+    """This process's place among the run's ranks; a single process is rank 0 of 1 and reduces nothing.
+
+    Args:
+        strategy: the Trainer's strategy (anything with ``global_rank``, ``world_size`` and
+            ``reduce(tensor, reduce_op="sum")``), or None for one process.
+    """
+
+    def __init__(self, strategy=None):
+        self.strategy = strategy
+        self.rank = strategy.global_rank if strategy is not None else 0
+        self.world_size = strategy.world_size if strategy is not None else 1
+        self.device = strategy.root_device if strategy is not None else torch.device("cpu")
+
+    def sum_(self, tensor: torch.Tensor) -> torch.Tensor:
+        """All-reduces ``tensor`` in place (sum over ranks)."""
+        if self.world_size == 1:
+            return tensor
+        try:
+            return self.strategy.reduce(tensor, reduce_op="sum")
+        except RuntimeError as err:  # gloo/NCCL: a peer closed its connection, or the collective timed out
+            raise self._failure(err) from None
+
+    def union(self, names: list[str]) -> list[str]:
+        """The sorted union of every rank's ``names`` (e.g. the metric names a network logged)."""
+        if self.world_size == 1:
+            return sorted(names)
+        gathered = [None] * self.world_size
+        try:
+            torch.distributed.all_gather_object(gathered, sorted(names))
+        except RuntimeError as err:
+            raise self._failure(err) from None
+        return sorted(set().union(*gathered))
+
+    def _failure(self, err: RuntimeError) -> CollectiveError:
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        first_line = re.sub(r"^\[[^\]]*\.(cc|cpp):\d+\] ", "", first_line)  # gloo's source location
+        return CollectiveError(f"rank {self.rank}: a collective with the other {self.world_size - 1} rank(s) failed "
+                               f"— one of them died or timed out ({first_line[:200]}); see its log")
+
+    def share(self, work: Sequence[float]) -> list[int]:
+        """The positions of the jobs (e.g. a round's clients, by local steps) this rank runs: longest
+        first, each to the least loaded rank (ties: the lower rank), the same on every rank."""
+        if self.world_size == 1:
+            return list(range(len(work)))
+        load = [0.0] * self.world_size
+        mine = []
+        for position in sorted(range(len(work)), key=lambda p: (-work[p], p)):
+            rank = min(range(self.world_size), key=lambda r: (load[r], r))
+            load[rank] += work[position]
+            if rank == self.rank:
+                mine.append(position)
+        return sorted(mine)
+
