@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.fl-lightning-installed
 
-.PHONY: install run test bench bench-memory clean
+.PHONY: install run test bench bench-memory bench-distributed clean
 
 install: $(STAMP)
 
@@ -24,6 +24,9 @@ bench: $(STAMP)
 
 bench-memory: $(STAMP)
 	$(BIN)/python benchmarks/bench_memory.py
+
+bench-distributed: $(STAMP)
+	$(BIN)/python benchmarks/bench_distributed.py
 
 clean:
 	rm -rf $(VENV) runs lightning_logs wandb .fl_cache
