@@ -18,7 +18,11 @@ An ``FLCallback`` is an ordinary Lightning ``Callback`` (so Lightning saves its
 
 A round in which no client reports skips the server hooks: nothing changes.
 ``loop.flat`` is the working model as one flat vector (``vector``, ``grad``),
-``loop.global_vector`` the server model x^r.
+``loop.global_vector`` the server model x^r, ``loop.client_state`` the per-client vectors kept
+across rounds (declare a table in ``configure_round``; write rows in ``on_client_reported``),
+``loop.received`` the round's running sums (``add_sum`` for values the server derives from a
+reported upload; declare the channel in ``plan.channels``). Under DDP the client hooks run on the
+rank that trains the client, the server hooks on every rank with the sums over all ranks.
 """
 from __future__ import annotations
 

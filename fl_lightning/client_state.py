@@ -225,3 +225,30 @@ class ClientStateStore:
         self.directory, self.tables = directory, {}
         for name, table_state in state["tables"].items():
             self.table(name, int(table_state["size"])).load_state_dict(table_state)
+
+
+def state_dir(trainer) -> str:
+    """``<run dir>/client_state``: beside the CSV/TensorBoard version's checkpoints, or per run id
+    under another logger's save_dir (W&B's own files dir would upload it); the same on every rank."""
+    from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
+
+    if not trainer.loggers or isinstance(trainer.loggers[0], (CSVLogger, TensorBoardLogger)):
+        return os.path.join(trainer.log_dir, "client_state")
+    run_id = trainer.strategy.broadcast(str(trainer.loggers[0].version))
+    return os.path.join(trainer.log_dir, "client_state", run_id)
+
+
+def open_store(trainer, num_clients: int, saved: Optional[dict]) -> ClientStateStore:
+    """The fit's store: a new run's starts empty; a resumed run's (``saved``: the checkpoint's
+    ``state_dict()``) reads on where its checkpoint's rows are."""
+    store = ClientStateStore(num_clients, state_dir(trainer))
+    if saved is not None:
+        beside_checkpoint = None
+        if trainer.ckpt_path:  # <run dir>/checkpoints/x.ckpt → <run dir>/client_state, if the run moved
+            beside_checkpoint = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(trainer.ckpt_path))),
+                                             "client_state")
+        store.load_state_dict(saved, beside_checkpoint)
+    elif trainer.is_global_zero:
+        store.start_fresh()
+    trainer.strategy.barrier("client_state")
+    return store

@@ -26,7 +26,7 @@ from fl_lightning.algorithms import BLOCK_ALGORITHMS, algorithm_help, build_call
 from fl_lightning.blocks import build_partition
 from fl_lightning.checkpoint_io import install as install_safe_checkpoint_io, refusal as checkpoint_refusal
 from fl_lightning.callbacks.base import FLCallback
-from fl_lightning.client_state import ClientStateStore
+from fl_lightning.client_state import ClientStateStore, open_store
 from fl_lightning.distributed import Collective
 from fl_lightning.errors import ConfigError, DivergenceError, check_unchanged
 from fl_lightning.evaluation import batch_sums, summed_over_ranks, test_metrics, train_objective
@@ -47,15 +47,6 @@ def run_dirs(trainer: pl.Trainer) -> list[str]:
             os.makedirs(run_dir, exist_ok=True)
             dirs.append(run_dir)
     return dirs
-
-
-def client_state_dir(trainer: pl.Trainer) -> str:
-    """``<run dir>/client_state``: beside the CSV/TensorBoard version's checkpoints, or per run id
-    under another logger's save_dir (W&B's own files dir would upload it); the same on every rank."""
-    if not trainer.loggers or isinstance(trainer.loggers[0], (pl.loggers.CSVLogger, pl.loggers.TensorBoardLogger)):
-        return os.path.join(trainer.log_dir, "client_state")
-    run_id = trainer.strategy.broadcast(str(trainer.loggers[0].version))
-    return os.path.join(trainer.log_dir, "client_state", run_id)
 
 
 class FederatedModule(pl.LightningModule):
@@ -274,7 +265,7 @@ class FederatedModule(pl.LightningModule):
         self.global_vector.copy_(self.flat.vector)  # x^r: the network holds it (restored on resume)
         server, local = self.optimizers()
         clients = self.trainer.datamodule.clients.to(self.device)
-        self.client_state = self._client_state(len(clients))
+        self.client_state = open_store(self.trainer, len(clients), (self._restored or {}).get("client_state"))
         self.loop = FederatedLoop(self.flat, clients, self.local_loss, local.optimizer, config, fl_callbacks,
                                   self.global_vector, server, self.client_state,
                                   self.trainer.precision_plugin.forward_context, self.blocks,
@@ -282,20 +273,6 @@ class FederatedModule(pl.LightningModule):
         if self._restored is not None:
             self.loop.comm.load_state_dict(self._restored["comm"])
             self.upload_d_at_target = self._restored["upload_d_at_target"]
-
-    def _client_state(self, num_clients: int) -> ClientStateStore:
-        """A new run's store starts empty; a resumed run's reads on where its checkpoint's rows are."""
-        trainer = self.trainer
-        store = ClientStateStore(num_clients, client_state_dir(trainer))
-        saved = (self._restored or {}).get("client_state")
-        if saved is not None:
-            beside_checkpoint = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(trainer.ckpt_path))),
-                                             "client_state") if trainer.ckpt_path else None
-            store.load_state_dict(saved, beside_checkpoint)
-        elif trainer.is_global_zero:
-            store.start_fresh()
-        trainer.strategy.barrier("client_state")
-        return store
 
     def teardown(self, stage: str) -> None:
         if self.client_state is not None:
