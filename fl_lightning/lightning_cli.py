@@ -205,14 +205,17 @@ class FederatedCLI(LightningCLI):
 
     def after_fit(self) -> None:
         metrics = self.trainer.callback_metrics
-        upload = self.model.loop.comm.upload_d if self.model.loop else 0.0
         accuracy = {key: f"{float(metrics[key]):.4f}" if key in metrics else "n/a" for key in ("val/acc", "test/acc")}
         log_dir = self.trainer.log_dir  # (a collective under DDP: every rank asks)
         if not self.trainer.is_global_zero:
             return
-        print(f"fl-lightning: {self.trainer.current_epoch} rounds, final val/acc {accuracy['val/acc']}, "
-              f"test/acc {accuracy['test/acc']}, comm/upload_d {upload:.2f}, "
-              f"run dir {os.path.abspath(log_dir or '.')}")
+        if self.model.loop is None:  # ddp_spawn: the rounds ran in spawned processes, their logs hold the run
+            print(f"fl-lightning: done in spawned processes, final val/acc {accuracy['val/acc']}, test/acc "
+                  f"{accuracy['test/acc']}")
+        else:
+            print(f"fl-lightning: {self.trainer.current_epoch} rounds, final val/acc {accuracy['val/acc']}, "
+                  f"test/acc {accuracy['test/acc']}, comm/upload_d {self.model.loop.comm.upload_d:.2f}, "
+                  f"run dir {os.path.abspath(log_dir or '.')}")
         for logger in self.trainer.loggers:
             if isinstance(logger, WandbLogger):  # the command's run is over (a next in-process run starts afresh)
                 logger.experiment.finish()
