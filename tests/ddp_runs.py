@@ -26,6 +26,8 @@ CASES = {  # S = 5 clients per round: not divisible by the 2 ranks
     "fedbcgd": dict(algorithm="fedbcgd", num_blocks=2, block_division="balanced"),
     "fedbcgd_plus": dict(algorithm="fedbcgd_plus", num_blocks=2, block_division="balanced"),
     "scaffold": dict(algorithm="scaffold"),
+    "topk": dict(algorithm="topk"),  # error-feedback residuals in the client-state store
+    "feddc": dict(algorithm="feddc"),  # drifts in the store, their sums through loop.received
 }
 
 
