@@ -76,13 +76,6 @@ class ClientTable:
                 os.close(fd)
             self._fds = None
 
-    def remove_files(self) -> None:
-        self.close()
-        for ext in (".f32", ".tags"):
-            path = os.path.join(self.directory, self.name + ext)
-            if os.path.exists(path):
-                os.remove(path)
-
     def sync(self) -> None:
         if self._fds is not None:
             for fd in self._fds:
