@@ -1,5 +1,6 @@
 """SIGKILL at random moments, many times over: the quickstart always resumes from a loadable
-checkpoint (``--ckpt_path last``) and ends with the metrics of an uninterrupted run (issue 9)."""
+checkpoint (``--ckpt_path last``) and ends with the metrics of an uninterrupted run (issue 9) —
+also with SCAFFOLD, whose control variates live in the client-state files (issue 12)."""
 import csv
 import glob
 import os
@@ -10,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from fl_lightning.checkpoint_io import load_weights_only
@@ -45,17 +47,18 @@ def newest_state(name: str) -> dict:
     return load_weights_only(max(checkpoints(name), key=os.path.getmtime))["state_dict"]
 
 
-def test_sigkill_at_random_moments_then_resume_equals_the_uninterrupted_run():
+@pytest.mark.parametrize("algorithm", ["fedavgm", "scaffold"])
+def test_sigkill_at_random_moments_then_resume_equals_the_uninterrupted_run(algorithm):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # the same thread count in every process: bit-identical sums
-    subprocess.run(command("full"), env=env, check=True, capture_output=True)
+    subprocess.run(command("full", "--model.algorithm", algorithm), env=env, check=True, capture_output=True)
 
     rng = random.Random(20261130)
     kills = 0
     while True:
         seen = set(checkpoints("killed"))
         with open("stderr.txt", "w") as stderr:  # a file, not a pipe: a full pipe would stall the process
-            process = subprocess.Popen(command("killed", "--ckpt_path", "last"), env=env, stdout=subprocess.DEVNULL,
-                                       stderr=stderr)
+            process = subprocess.Popen(command("killed", "--model.algorithm", algorithm, "--ckpt_path", "last"),
+                                       env=env, stdout=subprocess.DEVNULL, stderr=stderr)
         if kills == KILLS:
             assert process.wait(timeout=300) == 0, Path("stderr.txt").read_text()[-2000:]
             break
