@@ -18,7 +18,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 SETTINGS = {  # clients, samples per client, clients per round, batch, network, rounds
     "cross-device": (1000, 50, 50, 10, "cnn", 12),
@@ -38,19 +37,10 @@ def run(setting: str, devices: int, threads: int) -> None:
     from fl_lightning.data import DataSplit
     from fl_lightning.models import LeNet5
 
+    from bench_loop import RoundTimer  # this script's folder is on sys.path
+
     torch.set_num_threads(threads)
     clients, per_client, per_round, batch, network, rounds = SETTINGS[setting]
-
-    class Timer(pl.Callback):
-        def __init__(self):
-            self.times = []
-
-        def on_train_epoch_start(self, trainer, module):
-            self.start = time.perf_counter()
-
-        def on_train_epoch_end(self, trainer, module):
-            self.times.append(time.perf_counter() - self.start)
-
     generator = torch.Generator().manual_seed(0)
     n = clients * per_client
     x = torch.randn(n, 3, 32, 32, generator=generator)
@@ -64,7 +54,7 @@ def run(setting: str, devices: int, threads: int) -> None:
         net = LeNet5(num_classes=10)
     pl.seed_everything(0, verbose=False)
     module = FederatedModule(net, algorithm="fedavg", clients_per_round=per_round, batch_size=batch, lr=0.05)
-    timer = Timer()
+    timer = RoundTimer()
     trainer = pl.Trainer(max_epochs=rounds, accelerator="cpu", devices=devices, strategy="ddp" if devices > 1 else "auto",
                          logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0, callbacks=[timer])
