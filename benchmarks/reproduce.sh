@@ -5,7 +5,7 @@
 #   benchmarks/reproduce.sh blocks        # claim (e): number of blocks N
 #   benchmarks/reproduce.sh momentum      # claim (f): server momentum λ
 #   benchmarks/reproduce.sh ablations     # claim (g): Fig. 5's ablations
-#   benchmarks/reproduce.sh cifar         # claims (a)-(c) on CIFAR-10 LeNet-5, 10 d (≈ 3 h with one thread)
+#   benchmarks/reproduce.sh cifar         # claims (a)-(c) on CIFAR-10 LeNet-5, 10 d (≈ 2 h with one thread)
 # then: fl-lightning report runs/reproduction/<name> --target 0.88 --out docs/reproduction/<name>
 set -euo pipefail
 cd "$(dirname "$0")/.."
