@@ -17,6 +17,7 @@ from typing import Optional
 from pytorch_lightning.callbacks import ProgressBar
 from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
 from pytorch_lightning.loggers import WandbLogger
+from lightning_fabric.utilities.exceptions import MisconfigurationException
 
 from fl_lightning.blocks import build_partition
 from fl_lightning.checkpoint_io import load_weights_only
@@ -156,7 +157,10 @@ class FederatedCLI(LightningCLI):
         callbacks = callbacks if isinstance(callbacks, list) else [callbacks]
         if trainer.get("enable_progress_bar") is not False and not any(isinstance(cb, ProgressBar) for cb in callbacks):
             kwargs["callbacks"] = [*callbacks, RoundProgressBar()]
-        return super().instantiate_trainer(**kwargs)
+        try:
+            return super().instantiate_trainer(**kwargs)
+        except (ValueError, MisconfigurationException) as err:  # e.g. strategy/devices/accelerator the Trainer refuses
+            raise ConfigError("trainer", str(err).strip().splitlines()[0]) from None
 
     def _parse_ckpt_path(self) -> None:
         """Reads the checkpoint once, before anything is built. The command line stays the truth:

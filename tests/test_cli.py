@@ -153,8 +153,14 @@ def test_nan_stops_with_the_round(capsys):
      "model.eval_every_d: picks the rounds to evaluate itself: set trainer.check_val_every_n_epoch 1"),
     (["--model.client_dropout", "1.5"], "model.client_dropout: must be in [0, 1), got 1.5"),
     (["--model.compression", "top-k"], "model.compression: unknown 'top-k'; choose one of topk, randk, qsgd, none"),
+    (["--trainer.strategy", "dpp", "--trainer.devices", "2"], "trainer: You selected an invalid strategy name: "
+     "`strategy='dpp'`. It must be either a string or an instance of `pytorch_lightning.strategies.Strategy`. Example "
+     "choices: auto, ddp, ddp_spawn, deepspeed, ... Find a complete list of options in our documentation at "
+     "https://lightning.ai"),
+    pytest.param(["--trainer.strategy", "ddp", "--trainer.accelerator", "gpu"], "trainer: No supported gpu backend "
+                 "found!", marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")),
 ])
-def test_issue_9_to_11_options_fail_in_one_line_before_any_run_directory(capsys, options, message):
+def test_issue_9_to_12_options_fail_in_one_line_before_any_run_directory(capsys, options, message):
     code = main(["fit", "--config", QUICKSTART, *options, *QUIET])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and err == [f"fl-lightning: error: {message}"]
