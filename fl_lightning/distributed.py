@@ -9,6 +9,7 @@ same server update, so the global models never diverge and nothing else is excha
 from __future__ import annotations
 
 import re
+import signal
 from typing import Sequence
 
 import torch
@@ -55,6 +56,11 @@ class Collective:
         return sorted(set().union(*gathered))
 
     def _failure(self, err: RuntimeError) -> CollectiveError:
+        """The one-line error; first, the ranks this process launched (Lightning's launcher on rank 0)
+        are killed: one that hangs would otherwise outlive the run."""
+        launcher = getattr(self.strategy, "launcher", None)
+        if launcher is not None:
+            launcher.kill(signal.SIGKILL)
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         first_line = re.sub(r"^\[[^\]]*\.(cc|cpp):\d+\] ", "", first_line)  # gloo's source location
         return CollectiveError(f"rank {self.rank}: a collective with the other {self.world_size - 1} rank(s) failed "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 
 import pytorch_lightning as pl
 import torch
@@ -68,6 +69,18 @@ class DieOnRank(FLCallback):
     def on_client_start(self, loop, client):
         if loop.collective.rank == self.rank and self._round >= self.round:
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+class StallOnRank(DieOnRank):
+    """Stays alive but stops answering (sleeps ``seconds``) at its first client of round ``round`` as rank ``rank``."""
+
+    def __init__(self, rank: int = 1, round: int = 2, seconds: float = 300.0):
+        super().__init__(rank, round)
+        self.seconds = seconds
+
+    def on_client_start(self, loop, client):
+        if loop.collective.rank == self.rank and self._round >= self.round:
+            time.sleep(self.seconds)
 
 
 def main(out: str) -> None:

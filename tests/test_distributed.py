@@ -83,3 +83,22 @@ def test_cli_with_a_rank_that_dies_fails_in_one_line(tmp_path):
     assert last.startswith("fl-lightning: error: rank 0: a collective with the other 1 rank(s) failed — one of "
                            "them died or timed out"), done.stderr[-2000:]
     assert "Traceback" not in done.stderr
+
+
+def test_cli_with_a_rank_that_hangs_times_out_in_one_line(tmp_path):
+    """Rank 1 stops answering in round 2 (alive, asleep); the strategy's 10 s timeout ends the run, and
+    no rank outlives it."""
+    cli = Path(sys.executable).with_name("fl-lightning")
+    done = subprocess.run([str(cli), "fit", "--config", str(REPO / "configs" / "quickstart.yaml"),
+                           "--trainer.max_epochs", "5", "--trainer.strategy", "pytorch_lightning.strategies.DDPStrategy",
+                           "--trainer.strategy.timeout", "0:00:10", "--trainer.devices", "2",
+                           "--trainer.accelerator", "cpu", "--trainer.callbacks+=tests.ddp_runs.StallOnRank",
+                           "--trainer.enable_progress_bar", "false"],
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 2
+    ours = [line for line in done.stderr.splitlines() if line.startswith("fl-lightning: error:")]
+    assert len(ours) == 1 and ours[0].startswith("fl-lightning: error: rank 0: a collective with the other 1 "
+                                                 "rank(s) failed — one of them died or timed out"), done.stderr[-2000:]
+    leftover = subprocess.run(["pgrep", "-f", "tests.ddp_runs.StallOnRank"], capture_output=True, text=True)
+    assert leftover.stdout.strip() == ""
