@@ -77,17 +77,14 @@ class ReceivedSums:
     def __init__(self, sizes: dict[str, int], device: torch.device):
         self.sizes = sizes
         self.device = device
-        self._sum: dict[str, torch.Tensor] = {}
-        self._weight: dict[str, torch.Tensor] = {}
+        self._sums: dict[str, torch.Tensor] = {}  # channel → [2, n]: the sum, then the weight, per coordinate
 
     def _buffers(self, channel: str):
-        if channel not in self._sum:
+        if channel not in self._sums:
             if channel not in self.sizes:
                 raise KeyError(f"upload channel {channel!r} has no server vector; known: {sorted(self.sizes)}")
-            n = self.sizes[channel]
-            self._sum[channel] = torch.zeros(n, device=self.device)
-            self._weight[channel] = torch.zeros(n, device=self.device)
-        return self._sum[channel], self._weight[channel]
+            self._sums[channel] = torch.zeros(2, self.sizes[channel], device=self.device)
+        return self._sums[channel].unbind()
 
     def add(self, upload: Payload, delta_weight: float = 1.0) -> None:
         """Adds one client's upload. ``delta_weight`` weights its model update (weighted aggregation);
@@ -109,15 +106,13 @@ class ReceivedSums:
         weights.add_(1.0)
 
     def has(self, channel: str) -> bool:
-        return channel in self._sum
+        return channel in self._sums
 
     def all_reduce(self, channel: str, collective) -> None:
-        """Sums the channel's sums and weights over the ranks (one collective); every rank then holds
-        the round's totals over all its clients."""
-        total, weights = self._buffers(channel)
-        both = collective.sum_(torch.cat([total, weights]))
-        total.copy_(both[:total.numel()])
-        weights.copy_(both[total.numel():])
+        """Sums the channel's sums and weights over the ranks, in place (one collective); every rank
+        then holds the round's totals over all its clients."""
+        self._buffers(channel)
+        collective.sum_(self._sums[channel])
 
     def sum(self, channel: str) -> torch.Tensor:
         """Σ over clients of what they uploaded (zero where nobody did)."""

@@ -28,14 +28,14 @@ def test_metrics(net: nn.Module, trainer: pl.Trainer) -> dict[str, float]:
         with trainer.precision_plugin.forward_context():
             sums.append(batch_sums(net, datamodule.eval_transform(x), y))
     net.train(was_training)
-    loss, correct, count = summed_over_ranks(sums, device, trainer).tolist()
+    loss, correct, count = summed_over_ranks(sums, device, Collective(trainer.strategy)).tolist()
     return {"test/acc": correct / count, "test/loss": loss / count}
 
 
-def summed_over_ranks(sums: list[torch.Tensor], device: torch.device, trainer: pl.Trainer) -> torch.Tensor:
+def summed_over_ranks(sums: list[torch.Tensor], device: torch.device, collective: Collective) -> torch.Tensor:
     """[Σ loss, # correct, # samples] over this rank's batches, then over every rank's (DDP shards the data)."""
     total = torch.stack(sums).sum(0) if sums else torch.zeros(3, device=device)
-    return Collective(trainer.strategy).sum_(total)
+    return collective.sum_(total)
 
 
 @torch.no_grad()

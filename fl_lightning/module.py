@@ -268,11 +268,15 @@ class FederatedModule(pl.LightningModule):
         self.client_state = open_store(self.trainer, len(clients), (self._restored or {}).get("client_state"))
         self.loop = FederatedLoop(self.flat, clients, self.local_loss, local.optimizer, config, fl_callbacks,
                                   self.global_vector, server, self.client_state,
-                                  self.trainer.precision_plugin.forward_context, self.blocks,
-                                  Collective(self.trainer.strategy))
+                                  self.trainer.precision_plugin.forward_context, self.blocks, self.collective)
         if self._restored is not None:
             self.loop.comm.load_state_dict(self._restored["comm"])
             self.upload_d_at_target = self._restored["upload_d_at_target"]
+
+    @property
+    def collective(self) -> Collective:
+        """This process among the run's ranks (one process: rank 0 of 1)."""
+        return Collective(self.trainer.strategy)
 
     def teardown(self, stage: str) -> None:
         if self.client_state is not None:
@@ -299,7 +303,7 @@ class FederatedModule(pl.LightningModule):
 
     def on_train_epoch_end(self):
         """One logger row per round: progress, communication, and the round's validation."""
-        row = {**self._train_logs.pop_means(Collective(self.trainer.strategy)), "round": float(self.current_epoch + 1), "lr": self._lr,
+        row = {**self._train_logs.pop_means(self.collective), "round": float(self.current_epoch + 1), "lr": self._lr,
                **self.loop.comm.metrics(), **self._val_metrics}
         if self._train_loss is not None:
             row["train/loss"] = self._train_loss
@@ -350,9 +354,10 @@ class FederatedModule(pl.LightningModule):
         if self._skip_eval:
             self._skip_eval = False
             return
-        loss, correct, count = summed_over_ranks(self._val_sums, self.device, self.trainer).tolist()
+        loss, correct, count = summed_over_ranks(self._val_sums, self.device, self.collective).tolist()
         self._val_sums = []
-        metrics = {**self._eval_logs.pop_means(Collective(self.trainer.strategy)), f"{prefix}/acc": correct / count, f"{prefix}/loss": loss / count}
+        metrics = {**self._eval_logs.pop_means(self.collective), f"{prefix}/acc": correct / count,
+                   f"{prefix}/loss": loss / count}
         fitting = self.trainer.state.fn == "fit"
         if fitting and self.hparams.eval_train_objective and self.loop is not None:
             metrics["train/objective"] = train_objective(self.net, self.loop.clients, self.trainer.datamodule,

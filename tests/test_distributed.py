@@ -69,15 +69,19 @@ def test_resume_under_ddp_equals_the_uninterrupted_ddp_run(ddp_results):
     assert not (ddp_results / "resume" / "scaffold" / "version_1" / "client_state").exists()
 
 
-def test_cli_with_a_rank_that_dies_fails_in_one_line(tmp_path):
-    """Lightning's launcher starts rank 1; it is SIGKILLed in round 2; rank 0 must not hang."""
+def cli_on_two_ranks(cwd, *options: str) -> subprocess.CompletedProcess:
+    """The quickstart for 5 rounds on 2 CPU ranks, started by Lightning's own launcher through the CLI."""
     cli = Path(sys.executable).with_name("fl-lightning")
-    done = subprocess.run([str(cli), "fit", "--config", str(REPO / "configs" / "quickstart.yaml"),
-                           "--trainer.max_epochs", "5", "--trainer.strategy", "ddp", "--trainer.devices", "2",
-                           "--trainer.accelerator", "cpu", "--trainer.callbacks+=tests.ddp_runs.DieOnRank",
-                           "--trainer.enable_progress_bar", "false"],
-                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},
+    return subprocess.run([str(cli), "fit", "--config", str(REPO / "configs" / "quickstart.yaml"),
+                           "--trainer.max_epochs", "5", "--trainer.devices", "2", "--trainer.accelerator", "cpu",
+                           "--trainer.enable_progress_bar", "false", *options],
+                          cwd=cwd, env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},
                           capture_output=True, text=True, timeout=180)
+
+
+def test_cli_with_a_rank_that_dies_fails_in_one_line(tmp_path):
+    """Rank 1 is SIGKILLed in round 2; rank 0 must not hang."""
+    done = cli_on_two_ranks(tmp_path, "--trainer.strategy", "ddp", "--trainer.callbacks+=tests.ddp_runs.DieOnRank")
     assert done.returncode == 2
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("fl-lightning: error: rank 0: a collective with the other 1 rank(s) failed — one of "
@@ -88,14 +92,8 @@ def test_cli_with_a_rank_that_dies_fails_in_one_line(tmp_path):
 def test_cli_with_a_rank_that_hangs_times_out_in_one_line(tmp_path):
     """Rank 1 stops answering in round 2 (alive, asleep); the strategy's 10 s timeout ends the run, and
     no rank outlives it."""
-    cli = Path(sys.executable).with_name("fl-lightning")
-    done = subprocess.run([str(cli), "fit", "--config", str(REPO / "configs" / "quickstart.yaml"),
-                           "--trainer.max_epochs", "5", "--trainer.strategy", "pytorch_lightning.strategies.DDPStrategy",
-                           "--trainer.strategy.timeout", "0:00:10", "--trainer.devices", "2",
-                           "--trainer.accelerator", "cpu", "--trainer.callbacks+=tests.ddp_runs.StallOnRank",
-                           "--trainer.enable_progress_bar", "false"],
-                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},
-                          capture_output=True, text=True, timeout=180)
+    done = cli_on_two_ranks(tmp_path, "--trainer.strategy", "pytorch_lightning.strategies.DDPStrategy",
+                            "--trainer.strategy.timeout", "0:00:10", "--trainer.callbacks+=tests.ddp_runs.StallOnRank")
     assert done.returncode == 2
     ours = [line for line in done.stderr.splitlines() if line.startswith("fl-lightning: error:")]
     assert len(ours) == 1 and ours[0].startswith("fl-lightning: error: rank 0: a collective with the other 1 "
