@@ -34,26 +34,29 @@ class BlockUploadMask(FLCallback):
 
     def __init__(self, freeze_other_blocks: bool = False):
         self.freeze_other_blocks = freeze_other_blocks
+        self.block_of: dict[int, int] = {}  # this round: client id → the block j it uploads
+        self._frozen: dict[int, list[tuple[int, int]]] = {}  # client id → the slices it keeps at x^r
 
-    def configure_round(self, loop, plan):
-        blocks = loop.blocks
+    def configure_round(self, round):
+        blocks = round.blocks
         if blocks is None:
-            raise ConfigError("model.num_blocks", "BlockUploadMask needs a block division: set model.num_blocks "
-                              "or model.block_division")
-        n, s = blocks.num_blocks, len(plan.clients)
+            raise ConfigError("BlockUploadMask", "needs a block division: run it with a block algorithm "
+                              "(fedbcgd, fedbcgd_plus, ...) or pass blocks to the loop")
+        n, s = blocks.num_blocks, len(round.clients)
         if s < n:
-            raise ConfigError("model.clients_per_round", f"S={s} < N={n} blocks: every block needs a client; "
-                              f"raise S or lower model.num_blocks")
-        order = np.random.default_rng(derive_seed(plan.round, Purpose.BLOCK_ORDER)).permutation(s)
+            raise ConfigError("clients_per_round", f"S={s} < N={n} blocks: every block needs a client; "
+                              f"raise S or lower num_blocks")
+        order = np.random.default_rng(derive_seed(round.round, Purpose.BLOCK_ORDER)).permutation(s)
+        self.block_of, self._frozen = {}, {}
         for position, index in enumerate(order):
-            client = plan.clients[index]
-            client.info["block"] = position % n
+            client = round.clients[index]
+            self.block_of[client.client_id] = position % n
             client.upload_ranges = blocks.upload_ranges(position % n)
             if self.freeze_other_blocks:
-                client.info["frozen_ranges"] = _complement(client.upload_ranges, loop.flat.numel)
+                self._frozen[client.client_id] = _complement(client.upload_ranges, round.numel)
 
-    def on_local_step_end(self, loop, client):
+    def on_local_step_end(self, client):
         if self.freeze_other_blocks:
-            vector, global_vector = loop.flat.vector, loop.global_vector
-            for start, stop in client.info["frozen_ranges"]:
+            vector, global_vector = client.vector, client.global_vector
+            for start, stop in self._frozen[client.client_id]:
                 vector[start:stop].copy_(global_vector[start:stop])

@@ -11,7 +11,8 @@ client_final  option I:  c_i⁺ = ∇f_i(x^r) + wd·x^r   (the gradient of f_i +
               ``keep="uploaded"``: the client stores c_i⁺ only on those slices, its old c_i elsewhere
 server        c ← c + (1/M) Σ Δc; on FedBCGD+'s shared block (1/(MN)) Σ Δc when
               ``shared_coefficient="paper"`` (Eq. 5 as printed), 1/M when ``"mean"``.
-              With keep="uploaded" and "mean", c = mean_i c_i on every coordinate.
+              With keep="uploaded" and "mean", c = mean_i c_i on every coordinate; a compressed
+              Δc is kept as the server decodes it (c_i + decode), so this holds under QSGD too.
 
 ``rule="authors"`` (github junkangLiu0/FedBCGD, ``update_SCAFFOLDM``): y ← y − (c − c_i) after
 each optimizer step (no η); c_i⁺ = c_i − c + (x^r − y_T)/T, kept whole; upload c_i⁺ − c; server
@@ -23,6 +24,7 @@ sum is never weighted by sample counts (``weighted_aggregation`` weights Δ only
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -32,6 +34,15 @@ from fl_lightning.client_state import refuse_inline_client_state
 from fl_lightning.errors import ConfigError
 
 AUTHORS_SERVER_STEP = 0.1  # their c ← c + 0.1 · mean(c_i⁺ − c): an exponential moving average
+
+
+@dataclass
+class ClientControls:
+    """One client's control variates during a round."""
+
+    c_i: torch.Tensor  # as stored before the round
+    correction: torch.Tensor  # c − c_i, added to every local gradient
+    kept: Optional[torch.Tensor] = None  # the c_i it stores once its upload arrives
 
 
 class ControlVariates(FLCallback):
@@ -60,78 +71,89 @@ class ControlVariates(FLCallback):
         self.server_control: Optional[torch.Tensor] = None  # c
         self.server_rounds = 0  # server updates of c so far (the authors' first one is undamped)
         self._coefficients: Optional[torch.Tensor] = None
+        self._clients: dict[int, ClientControls] = {}
 
     # -- client ---------------------------------------------------------------------------
-    def configure_round(self, loop, plan):
-        self.client_controls = loop.client_state.table("control_variate", loop.flat.num_params)  # c_i
-
-    def _server_control(self, loop) -> torch.Tensor:
+    def configure_round(self, round):
+        self.client_controls = round.client_state.table("control_variate", round.num_params)  # c_i
         if self.server_control is None:
-            self.server_control = torch.zeros_like(loop.flat.grad)
-        self.server_control = self.server_control.to(loop.flat.grad.device)
-        return self.server_control
+            self.server_control = torch.zeros(round.num_params, device=round.device)
+        self.server_control = self.server_control.to(round.device)
+        if self._coefficients is None or self._coefficients.device != round.device:
+            self._coefficients = self._coefficient_vector(round)
+        self._clients = {}
 
-    def on_client_start(self, loop, client):
-        c = self._server_control(loop)
+    def on_client_start(self, client):
+        c = self.server_control
         client.download.add("control", 0, c)
         c_i = self.client_controls.read(client.client_id).to(c.device)
-        client.info["control"] = c_i
-        client.info["correction"] = c - c_i
+        self._clients[client.client_id] = ClientControls(c_i, c - c_i)
         if self.option == "option1" and self.rule == "spec":
-            loop.full_gradient(client)  # while the working model is still x^r
+            client.full_gradient()  # while the working model is still x^r
 
-    def on_local_gradient(self, loop, client):
+    def on_local_gradient(self, client):
         if self.rule == "spec":
-            loop.flat.grad.add_(client.info["correction"])
+            client.grad.add_(self._clients[client.client_id].correction)
 
-    def on_local_step_end(self, loop, client):
+    def on_local_step_end(self, client):
         if self.rule == "authors":
-            loop.flat.params.sub_(client.info["correction"])
+            client.params.sub_(self._clients[client.client_id].correction)
 
-    def refreshed(self, loop, client) -> torch.Tensor:
+    def refreshed(self, client) -> torch.Tensor:
         """c_i⁺ (module docstring), after the local steps."""
-        c_i, c, d = client.info["control"], self._server_control(loop), loop.flat.num_params
-        global_params = loop.global_vector[:d]
+        c_i, c = self._clients[client.client_id].c_i, self.server_control
         if self.rule == "spec" and self.option == "option1":
-            weight_decay = loop.optimizer.param_groups[0]["weight_decay"]
-            return loop.full_gradient(client) + weight_decay * global_params
-        steps = client.steps * (loop.optimizer.param_groups[0]["lr"] if self.rule == "spec" else 1.0)
-        return c_i - c + (global_params - loop.flat.vector[:d]) / steps
+            return client.full_gradient() + client.weight_decay * client.global_params
+        steps = client.steps * (client.lr if self.rule == "spec" else 1.0)
+        return c_i - c + (client.global_params - client.params) / steps
 
-    def on_client_end(self, loop, client):
-        c_i, new = client.info["control"], self.refreshed(loop, client)
-        sent = new - (self._server_control(loop) if self.rule == "authors" else c_i)
+    def on_client_end(self, client):
+        controls = self._clients[client.client_id]
+        c_i, new = controls.c_i, self.refreshed(client)
+        sent = new - (self.server_control if self.rule == "authors" else c_i)
         kept = c_i.clone() if self.keep == "uploaded" else new
         for start, stop in client.upload_ranges:
             stop = min(stop, sent.numel())  # control variates cover parameters, not buffers
             if start < stop:
                 client.upload.add("control", start, sent[start:stop])
                 kept[start:stop] = new[start:stop]
-        client.info["kept_control"] = kept
+        controls.kept = kept
 
-    def on_client_reported(self, loop, client):
-        self.client_controls.write(client.client_id, client.info["kept_control"])
+    def on_client_reported(self, client):
+        controls = self._clients.pop(client.client_id)
+        self._keep_what_the_server_decoded(client, controls)
+        self.client_controls.write(client.client_id, controls.kept)
+
+    def _keep_what_the_server_decoded(self, client, controls: ClientControls) -> None:
+        """A compressed Δc reaches the server as decode(message), not as sent: on those slices the
+        client keeps c_i + decode(message) (authors' rule: c + decode), so c stays the mean of the c_i."""
+        base = self.server_control if self.rule == "authors" else controls.c_i
+        for part in client.upload.parts:
+            if part.channel != "control" or isinstance(part.message, torch.Tensor):
+                continue  # sent exactly: kept already holds c_i⁺ there
+            values, offset = part.values().to(base.device), 0
+            for start, stop in part.ranges:
+                controls.kept[start:stop] = base[start:stop] + values[offset:offset + stop - start]
+                offset += stop - start
 
     # -- server ---------------------------------------------------------------------------
-    def _coefficient_vector(self, loop) -> torch.Tensor:
+    def _coefficient_vector(self, round) -> torch.Tensor:
         """1/M everywhere; 1/(M N) on the shared block with block coefficients and ``paper`` (Eq. 5)."""
-        if self._coefficients is None or self._coefficients.device != loop.flat.grad.device:
-            num_clients, blocks = len(loop.clients), loop.blocks
-            coefficients = torch.full_like(loop.flat.grad, 1.0 / num_clients)
-            if self.block_coefficients and self.shared_coefficient == "paper" and blocks.shared is not None:
-                for start, stop in blocks.shared.ranges:
-                    coefficients[start:min(stop, coefficients.numel())] = 1.0 / (num_clients * blocks.num_blocks)
-            self._coefficients = coefficients
-        return self._coefficients
+        num_clients, blocks = round.num_clients, round.blocks
+        coefficients = torch.full((round.num_params,), 1.0 / num_clients, device=round.device)
+        if self.block_coefficients and self.shared_coefficient == "paper" and blocks.shared is not None:
+            for start, stop in blocks.shared.ranges:
+                coefficients[start:min(stop, coefficients.numel())] = 1.0 / (num_clients * blocks.num_blocks)
+        return coefficients
 
-    def on_server_update(self, loop, update, received):
-        c = self._server_control(loop)
+    def on_server_update(self, server):
+        c = self.server_control
         if self.rule == "spec":
-            c.add_(received.sum("control") * self._coefficient_vector(loop))
+            c.add_(server.received.sum("control") * self._coefficients)
         elif self.server_rounds == 0:
-            c.copy_(received.mean("control"))
+            c.copy_(server.received.mean("control"))
         else:
-            c.add_(received.mean("control"), alpha=AUTHORS_SERVER_STEP)
+            c.add_(server.received.mean("control"), alpha=AUTHORS_SERVER_STEP)
         self.server_rounds += 1
 
     def state_dict(self) -> dict:

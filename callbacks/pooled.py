@@ -8,14 +8,12 @@ global model through the same server step (pseudo-gradient x^r − y, SGD with l
 from __future__ import annotations
 
 from fl_lightning.callbacks.base import FLCallback
-from fl_lightning.loop import ClientTask
+from fl_lightning.contexts import ClientTask
 from fl_lightning.seeding import Purpose, derive_seed
 
 
 class PooledTraining(FLCallback):
-    def configure_round(self, loop, plan):
+    def configure_round(self, round):
         """Replaces the sampled clients with one pooled task: all data, one epoch, nothing sent."""
-        everything = [(0, loop.flat.numel)]
-        num_samples = len(loop.clients.pooled()[1])
-        plan.clients[:] = [ClientTask(-1, 0, derive_seed(plan.round, Purpose.POOLED), num_samples, everything,
-                                      local_epochs=1, pooled=True)]
+        round.clients[:] = [ClientTask(-1, 0, derive_seed(round.round, Purpose.POOLED), round.total_samples,
+                                       [(0, round.numel)], local_epochs=1, pooled=True)]

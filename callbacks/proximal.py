@@ -26,9 +26,9 @@ class Proximal(FLCallback):
         self.mu = mu
         self._difference: Optional[torch.Tensor] = None
 
-    def on_local_gradient(self, loop, client):
-        params = loop.flat.params
+    def on_local_gradient(self, client):
+        params = client.params
         if self._difference is None or self._difference.device != params.device:
             self._difference = torch.empty_like(params)  # reused: no allocation in the local step
-        torch.sub(params, loop.global_vector[:params.numel()], out=self._difference)
-        loop.flat.grad.add_(self._difference, alpha=self.mu)
+        torch.sub(params, client.global_params, out=self._difference)
+        client.grad.add_(self._difference, alpha=self.mu)

@@ -92,7 +92,7 @@ def _layers(segments: list[Segment]) -> list[str]:
 
 
 def from_patterns(net: nn.Module, blocks: list[list[str]], shared: list[str], source: str = "explicit",
-                  field: str = "model.block_division") -> BlockPartition:
+                  field: str = "model.algorithm.block_division") -> BlockPartition:
     groups = [*blocks, shared]
     layout = tensor_layout(net)
     owner: dict[str, int] = {}
@@ -148,7 +148,7 @@ def balanced(net: nn.Module, num_blocks: int, shared_block: bool = True) -> Bloc
     placed = [seg for seg, _ in tensor_layout(net, order)]
     body = sum(s.numel for s in placed if s.is_param and s.name not in shared_names)
     if num_blocks > body:
-        raise ConfigError("model.num_blocks", f"{num_blocks} blocks for {body} parameters; choose fewer blocks")
+        raise ConfigError("model.algorithm.num_blocks", f"{num_blocks} blocks for {body} parameters; choose fewer blocks")
     cuts = [round(k * body / num_blocks) for k in range(num_blocks + 1)]
 
     def block_at(coordinate: int) -> int:
@@ -197,7 +197,7 @@ def _vit(net, num_blocks):  # Table 11: consecutive transformer blocks, embeddin
     n = num_blocks or 6
     depth = len(net.blocks)
     if not 1 <= n <= depth:
-        raise ConfigError("model.num_blocks", f"ViT has {depth} transformer blocks; choose 1 ≤ N ≤ {depth}")
+        raise ConfigError("model.algorithm.num_blocks", f"ViT has {depth} transformer blocks; choose 1 ≤ N ≤ {depth}")
     cuts = [round(k * depth / n) for k in range(n + 1)]
     groups = [[f"blocks.{i}" for i in range(cuts[j], cuts[j + 1])] for j in range(n)]
     groups[0] = ["cls_token", "reg_token", "pos_embed", "patch_embed", "norm_pre", *groups[0]]
@@ -218,11 +218,11 @@ def build_partition(net: nn.Module, division: DivisionSpec = "auto", num_blocks:
                     shared_block: bool = True) -> BlockPartition:
     """The block division a FedBCGD run uses (see the module docstring)."""
     if num_blocks is not None and num_blocks < 1:
-        raise ConfigError("model.num_blocks", f"must be ≥ 1, got {num_blocks}")
+        raise ConfigError("model.algorithm.num_blocks", f"must be ≥ 1, got {num_blocks}")
     if isinstance(division, dict):
         unknown = set(division) - {"blocks", "shared"}
         if unknown or not division.get("blocks"):
-            raise ConfigError("model.block_division", "give {blocks: [[patterns], ...], shared: [patterns]}")
+            raise ConfigError("model.algorithm.block_division", "give {blocks: [[patterns], ...], shared: [patterns]}")
         blocks, shared = [list(b) for b in division["blocks"]], list(division.get("shared", []))
         if not shared_block:
             blocks[-1] += shared
@@ -234,8 +234,8 @@ def build_partition(net: nn.Module, division: DivisionSpec = "auto", num_blocks:
     if division == "auto" and name in PRESETS:
         preset, fixed = PRESETS[name]
         if fixed is not None and num_blocks not in (None, fixed):
-            raise ConfigError("model.num_blocks", f"the paper's {name} division has {fixed} blocks + shared; "
-                              f"use model.block_division=balanced for N={num_blocks}")
+            raise ConfigError("model.algorithm.num_blocks", f"the paper's {name} division has {fixed} blocks + shared; "
+                              f"use block_division: balanced for N={num_blocks}")
         blocks, shared = preset(net, num_blocks)
         if not shared_block:
             blocks[-1] = blocks[-1] + shared
@@ -245,10 +245,19 @@ def build_partition(net: nn.Module, division: DivisionSpec = "auto", num_blocks:
         return from_patterns(net, blocks, shared, source=f"paper preset for {name}")
     if division in ("auto", "balanced"):
         return balanced(net, num_blocks or 5, shared_block)
-    raise ConfigError("model.block_division", f"unknown division {division!r}; use auto, balanced, a paper preset "
+    raise ConfigError("model.algorithm.block_division", f"unknown division {division!r}; use auto, balanced, a paper preset "
                       f"({', '.join(PRESET_NAMES)}) or {{blocks: [[patterns], ...], shared: [patterns]}}")
 
 
 def _present(net: nn.Module, pattern: str) -> bool:
     """Presets list optional parts (e.g. ViT's reg_token); keep only those this model has."""
     return any(_matches(seg.name, pattern) for seg, _ in tensor_layout(net))
+
+
+def partition_for(net: nn.Module, algorithm, always: bool = False) -> Optional[BlockPartition]:
+    """The block division ``algorithm`` trains with (its num_blocks, block_division, shared_block), or
+    None for an algorithm without blocks — the default division then, with ``always`` (``fl-lightning
+    blocks``). The one place fit, the CLI's checks and the blocks command get a division from."""
+    if getattr(algorithm, "uses_blocks", False):
+        return build_partition(net, algorithm.block_division, algorithm.num_blocks, algorithm.shared_block)
+    return build_partition(net) if always else None

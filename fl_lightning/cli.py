@@ -13,20 +13,22 @@ from __future__ import annotations
 
 import os
 import sys
+from importlib import import_module
 
 import yaml
 
 from fl_lightning.errors import ConfigError, FLUserError
 from fl_lightning.options import check_option_names
 
-HELP = """usage: fl-lightning {fit,validate,test,blocks,sweep,report} [--config FILE] [--dotted.option VALUE ...]
+HELP = """usage: fl-lightning {fit,validate,test,algorithms,blocks,sweep,report} [--config FILE] [--dotted.option VALUE ...]
 
 Federated learning on PyTorch Lightning (FedAvg ... FedBCGD+); one epoch is one communication round.
 
 subcommands:
-  fit         train: fl-lightning fit --config configs/quickstart.yaml [--model.algorithm fedbcgd]
+  fit         train: fl-lightning fit --config configs/quickstart.yaml [--model.algorithm fedprox --model.algorithm.mu 0.1]
   validate    evaluate a checkpoint on the validation set (--ckpt_path FILE)
   test        evaluate a checkpoint on the test set (--ckpt_path FILE)
+  algorithms  every algorithm with its summary, upload size and options; algorithms NAME: its options
   blocks      print the model's block division like the paper's Tables 7-11 (no weights are loaded)
   sweep       a grid of fit runs: --grid model.algorithm=fedavg,fedbcgd --grid seed_everything=0,1,2 [--jobs 2]
               (finished runs are skipped, interrupted ones resume; --print lists the commands instead)
@@ -61,31 +63,27 @@ def main(args=None) -> int:
         return 0
     try:
         check_config_files(command)
-        if command[:1] in (["sweep"], ["report"]):
-            from importlib import import_module
-
-            return import_module(f"fl_lightning.{command[0]}").main(command[1:])
+        if command[:1] in (["sweep"], ["report"], ["algorithms"]):  # imported on use: the others stay fast
+            module = {"algorithms": "fl_lightning.algorithms.describe"}.get(command[0], f"fl_lightning.{command[0]}")
+            return import_module(module).main(command[1:])
         if command[:1] in (["fit"], ["validate"], ["test"], ["blocks"]):
             check_option_names(command[1:])
-        if command[:1] == ["blocks"]:
-            from fl_lightning.blocks_command import print_blocks
-
-            print_blocks(command[1:])
-            return 0
         from jsonargparse import ArgumentError
 
-        from fl_lightning.lightning_cli import FederatedCLI
+        lightning_cli = import_module("fl_lightning.lightning_cli")
     except FLUserError as err:
         print(f"fl-lightning: error: {err}", file=sys.stderr)
         return 2
     try:
-        FederatedCLI(args=args)
+        if command[:1] == ["blocks"]:
+            lightning_cli.print_blocks(command[1:])
+        else:
+            lightning_cli.FederatedCLI(args=command)
     except FLUserError as err:
         print(f"fl-lightning: error: {err}", file=sys.stderr)
         return 2
     except ArgumentError as err:  # jsonargparse: unknown option, wrong type, bad class_path
-        message = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
-        print(f"fl-lightning: error: {message} (see fl-lightning fit --help)", file=sys.stderr)
+        print(f"fl-lightning: error: {lightning_cli.argument_error(err)}", file=sys.stderr)
         return 2
     return 0
 
@@ -93,9 +91,7 @@ def main(args=None) -> int:
 def __getattr__(name: str):
     """``from fl_lightning.cli import FederatedCLI`` keeps working, imported on first use."""
     if name == "FederatedCLI":
-        from fl_lightning.lightning_cli import FederatedCLI
-
-        return FederatedCLI
+        return import_module("fl_lightning.lightning_cli").FederatedCLI
     raise AttributeError(name)
 
 

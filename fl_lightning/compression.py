@@ -23,6 +23,8 @@ from typing import Optional
 
 import torch
 
+from fl_lightning.errors import ConfigError
+
 
 def num_kept(k: float, n: int) -> int:
     """k as a count (k ≥ 1) or as a fraction of the n uploaded entries (0 < k < 1); at least 1, at most n."""
@@ -85,6 +87,9 @@ class QuantizedMessage:
         return (padded.view(buckets, -1) * (self.norms / self.levels).unsqueeze(1)).view(-1)[: self.size]
 
 
+MAX_LEVELS = 16383  # QSGD's s: sign + level must fit 16-bit codes
+
+
 def code_width(levels: int) -> int:
     """Bits per entry: one sign bit and ⌈log₂(s+1)⌉ level bits (at most 15: s < 16384)."""
     return 1 + max(1, math.ceil(math.log2(levels + 1)))
@@ -122,3 +127,84 @@ def unpack_bits(packed: torch.Tensor, width: int, n: int) -> torch.Tensor:
     bits = ((packed.unsqueeze(1) >> torch.arange(8, dtype=torch.uint8, device=packed.device)) & 1).view(-1)
     bits = bits[: n * width].view(n, width).to(torch.int16)
     return (bits << torch.arange(width, dtype=torch.int16, device=packed.device)).sum(1, dtype=torch.int16)
+
+
+# -- codecs: a compression method and its options, as one typed object (``model.compression``) -----
+class Codec:
+    """Encodes one upload channel (a flat vector) into a message; ``error_feedback`` keeps each
+    client's compression error and adds it to its next upload (callbacks.compression)."""
+
+    name = ""  # as written on the command line: --model.compression NAME
+    error_feedback: bool = False
+
+    def encode(self, values: torch.Tensor, generator: torch.Generator):
+        raise NotImplementedError
+
+    def options(self) -> dict:
+        return dict(vars(self))
+
+
+def _check_k(owner: str, k: float) -> None:
+    if not k > 0:
+        raise ConfigError(f"{owner}(k=...)", f"must be > 0 (a count, or a fraction below 1), got {k}")
+
+
+class TopK(Codec):
+    """Top-k (Aji & Heafield 2017): the k largest-magnitude entries, int32 indices + fp32 values.
+
+    Args:
+        k: entries kept, a count (≥ 1) or a fraction of the uploaded entries (< 1).
+        error_feedback: add the client's last compression error to its next upload.
+    """
+
+    name = "topk"
+
+    def __init__(self, k: float = 0.1, error_feedback: bool = True):
+        _check_k("TopK", k)
+        self.k, self.error_feedback = k, error_feedback
+
+    def encode(self, values, generator):
+        return topk(values, self.k)
+
+
+class RandK(Codec):
+    """rand-k (Sattler et al. 2019): k uniformly random entries scaled by n/k (unbiased).
+
+    Args:
+        k: entries kept, a count (≥ 1) or a fraction of the uploaded entries (< 1).
+        error_feedback: add the client's last compression error to its next upload.
+    """
+
+    name = "randk"
+
+    def __init__(self, k: float = 0.1, error_feedback: bool = False):
+        _check_k("RandK", k)
+        self.k, self.error_feedback = k, error_feedback
+
+    def encode(self, values, generator):
+        return randk(values, self.k, generator)
+
+
+class QSGD(Codec):
+    """QSGD (Alistarh et al. 2017): per bucket an fp32 norm, per entry a sign and a stochastic level.
+
+    Args:
+        levels: s, the number of levels, 1 ≤ s ≤ 16383 (s = 255: 8 level bits + 1 sign bit per entry).
+        bucket_size: entries per norm; None: one norm for the whole upload.
+        error_feedback: add the client's last compression error to its next upload.
+    """
+
+    name = "qsgd"
+
+    def __init__(self, levels: int = 255, bucket_size: Optional[int] = 512, error_feedback: bool = False):
+        if not 1 <= levels <= MAX_LEVELS:
+            raise ConfigError("QSGD(levels=...)", f"must be in [1, {MAX_LEVELS}] (15-bit codes), got {levels}")
+        if bucket_size is not None and bucket_size < 1:
+            raise ConfigError("QSGD(bucket_size=...)", f"must be ≥ 1 or None, got {bucket_size}")
+        self.levels, self.bucket_size, self.error_feedback = levels, bucket_size, error_feedback
+
+    def encode(self, values, generator):
+        return qsgd(values, self.levels, self.bucket_size, generator)
+
+
+CODECS = {codec.name: codec for codec in (TopK, RandK, QSGD)}

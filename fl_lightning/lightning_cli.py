@@ -10,19 +10,27 @@ import hashlib
 import json
 import netrc
 import os
+import re
 import sys
+import warnings
 from pathlib import Path
 from typing import Optional
 
+import yaml
+from jsonargparse import Namespace, set_loader
 from pytorch_lightning.callbacks import ProgressBar
 from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
 from pytorch_lightning.loggers import WandbLogger
 from lightning_fabric.utilities.exceptions import MisconfigurationException
 
-from fl_lightning.blocks import build_partition
+from fl_lightning.algorithms import algorithms_with
+from fl_lightning.algorithms.names import algorithm_name, expand_args, load_yaml
+from fl_lightning.blocks import partition_for
 from fl_lightning.checkpoint_io import load_weights_only
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.errors import ConfigError, check_unchanged
+from fl_lightning.models.timm_models import architecture_only
+from fl_lightning.options import moved
 from fl_lightning.module import FederatedModule, run_dirs
 from fl_lightning.progress import RoundProgressBar
 
@@ -85,6 +93,13 @@ def check_same_network(checkpoint: dict, model: FederatedModule) -> None:
                               "resume with the model.network it was trained with")
 
 
+def plain(value):
+    """A setting as JSON would hold it (Namespaces → dicts, tuples → lists), to compare with a checkpoint's."""
+    if isinstance(value, Namespace):
+        value = value.as_dict()
+    return json.loads(json.dumps(value, default=str))
+
+
 class SaveRunConfig(SaveConfigCallback):
     """config.yaml in each run's own directory (CSV: version_N/, W&B: the run's files/), never
     overwritten by a later run; W&B also gets the full resolved config as the run's config."""
@@ -109,7 +124,7 @@ def run_names(config, prefix: Optional[str]) -> tuple[str, str]:
         settings.pop(key, None)
     settings.get("trainer", {}).pop("logger", None)
     digest = hashlib.sha1(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:8]
-    algorithm = config["model"]["algorithm"]
+    algorithm = algorithm_name(config["model"].get("algorithm"), config["model"].get("compression"))
     return f"{stem}-{algorithm}-seed{config['seed_everything']}", f"{stem}-{algorithm}-{digest}"
 
 
@@ -126,13 +141,20 @@ def check_wandb_credentials() -> None:
                       "WANDB_MODE=offline to write the run locally (wandb sync uploads it later)")
 
 
+set_loader("fl_yaml", load_yaml, exceptions=(yaml.YAMLError,))  # YAML, with algorithm/codec names expanded
+
+
 class FederatedCLI(LightningCLI):
+    """``fl-lightning fit|validate|test``: registry names (``--model.algorithm fedpaq``) are expanded
+    to class paths first (fl_lightning.algorithms.names), in arguments and config files alike."""
+
     def __init__(self, args=None, run: bool = True):
+        args = expand_args(list(sys.argv[1:] if args is None else args))
+        warnings.filterwarnings("ignore", message=r"LightningCLI's args parameter is intended")  # args are explicit
         super().__init__(FederatedModule, FederatedDataModule, trainer_defaults=TRAINER_DEFAULTS,
                          seed_everything_default=0, save_config_callback=SaveRunConfig,
-                         save_config_kwargs={"save_to_log_dir": False},
-                         auto_configure_optimizers=False, parser_kwargs={"exit_on_error": False},
-                         args=args, run=run)
+                         save_config_kwargs={"save_to_log_dir": False}, auto_configure_optimizers=False,
+                         parser_kwargs={"exit_on_error": False, "parser_mode": "fl_yaml"}, args=args, run=run)
 
     def before_instantiate_classes(self) -> None:
         """W&B runs are named <logger name or config file>-<algorithm>-seed<seed> and grouped by every
@@ -184,7 +206,7 @@ class FederatedCLI(LightningCLI):
         for group, options in saved.items():
             for key, old in options.items():
                 if key in config[group] and key not in TAKES_EFFECT_AT_RESUME:
-                    check_unchanged(f"{group}.{key}", config[group][key], old)
+                    check_unchanged(f"{group}.{key}", plain(config[group][key]), plain(old))
 
     def _check(self) -> None:  # the checkpoint was already read in _parse_ckpt_path
         config = self.config_init[self.subcommand]
@@ -227,13 +249,25 @@ class FederatedCLI(LightningCLI):
 
 def print_blocks(args: list[str]) -> None:
     """``fl-lightning blocks --config X``: print the model's block division and exit (the network is
-    built without pretrained weights: a table needs shapes only)."""
-    from fl_lightning.models.timm_models import architecture_only
-
-    sys.argv = sys.argv[:1] + args  # LightningCLI reads its arguments from the command line
+    built without pretrained weights: a table needs shapes only). An algorithm without blocks shows
+    the division FedBCGD would use."""
     with architecture_only():
-        cli = FederatedCLI(run=False)
-    model = cli.model
-    blocks = model.blocks or build_partition(model.net, model.hparams.block_division, model.hparams.num_blocks,
-                                             model.hparams.shared_block)
-    print(blocks.table())
+        cli = FederatedCLI(args=args, run=False)
+    print((cli.model.blocks or partition_for(cli.model.net, cli.model.algorithm, always=True)).table())
+
+
+def argument_error(err: Exception) -> str:
+    """jsonargparse's message in one line; an option the chosen algorithm lacks names the ones that have it."""
+    message = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+    old = re.search(r"does not accept option 'model\.(\w+)'", message)
+    if old and moved(old.group(1)):
+        return moved(old.group(1))
+    match = re.search(r"NestedArg\(key='(\w+)'", message) or re.search(r"does not accept nested key '(\w+)'",
+                                                                        message)
+    if match and "algorithm" in message:
+        option = match.group(1)
+        owners = algorithms_with(option)
+        where = f"it is an option of {', '.join(owners)}" if owners else "no algorithm has it"
+        return (f"model.algorithm.{option}: the chosen algorithm has no option {option!r}; {where} "
+                "(fl-lightning algorithms NAME lists an algorithm's options)")
+    return f"{message} (see fl-lightning fit --help)"

@@ -10,13 +10,14 @@
     x^{r+1} = server_optimizer.step(g = −Δ̄)   server_update (FLCallbacks may transform Δ̄ first);
                                               skipped if no client reported
 
-Algorithms change this only through ``FLCallback`` hooks (fl_lightning.callbacks.base); per-client
-vectors they keep across rounds live in ``loop.client_state`` (fl_lightning.client_state).
+Algorithms change this only through ``FLCallback`` hooks (fl_lightning.callbacks.base), each called
+with a typed context (fl_lightning.contexts); per-client vectors they keep across rounds live in the
+client-state store (fl_lightning.client_state).
 """
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, ContextManager, Optional, Sequence
 
 import numpy as np
@@ -24,8 +25,10 @@ import torch
 from pytorch_lightning.utilities import rank_zero_warn
 
 from fl_lightning.blocks import BlockPartition
+from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.client_state import ClientStateStore
-from fl_lightning.comm import CommMeter, Payload, ReceivedSums
+from fl_lightning.comm import CommMeter, ReceivedSums
+from fl_lightning.contexts import ClientContext, ClientTask, RoundContext, ServerContext
 from fl_lightning.data.datamodule import ClientData
 from fl_lightning.distributed import Collective
 from fl_lightning.errors import DivergenceError
@@ -42,40 +45,6 @@ class LocalConfig:
     weighted_aggregation: bool = False
     grad_clip: Optional[float] = None  # clip each local gradient's norm (the authors' code: 10)
     client_dropout: float = 0.0  # probability that a sampled client's upload never arrives
-
-
-@dataclass
-class ClientTask:
-    """One sampled client in one round: what it downloads, how it trains, what it uploads."""
-
-    client_id: int
-    position: int  # index in this round's sample
-    seed: int
-    num_samples: int
-    upload_ranges: list[tuple[int, int]]  # slices [start, stop) of the flat model it sends
-    local_epochs: int = 1
-    pooled: bool = False  # centralised SGD: all clients' data in one place, nothing crosses a network
-    lost: bool = False  # fails to report: it downloads and trains, but its upload never arrives
-    download: Payload = field(default_factory=Payload)
-    upload: Payload = field(default_factory=Payload)
-    steps: int = 0
-    loss_sum: torch.Tensor = None
-    batch: tuple = ()  # the current local minibatch (x, y), augmented
-    batch_rng_state: Optional[torch.Tensor] = None  # the global RNG before the batch's forward (its dropout mask)
-    info: dict = field(default_factory=dict)  # per-algorithm annotations (e.g. the block it owns)
-
-    def drop_tensors(self) -> None:
-        """Once its upload is summed, a client keeps no model-sized tensors for the rest of the round."""
-        self.upload, self.download, self.batch, self.batch_rng_state = Payload(), Payload(), (), None
-        self.info = {key: value for key, value in self.info.items() if not isinstance(value, torch.Tensor)}
-
-
-@dataclass
-class RoundPlan:
-    round: int
-    lr: float
-    clients: list[ClientTask]
-    channels: dict[str, int] = field(default_factory=dict)  # the server's sums this round: name → size
 
 
 class RoundTally:
@@ -96,7 +65,7 @@ class RoundTally:
     def mean_loss(self) -> torch.Tensor:
         return self._loss[0] / self._loss[1]
 
-    def all_reduce(self, collective: Collective, received: ReceivedSums, plan: RoundPlan,
+    def all_reduce(self, collective: Collective, received: ReceivedSums, plan: RoundContext,
                    written: dict[str, set[int]]) -> dict[str, list[int]]:
         """Sums everything over the ranks: first the counts, which channels any rank used and which
         clients' state rows were written (one small collective), then each used channel (one each).
@@ -124,6 +93,8 @@ class FederatedLoop:
     """Runs the rounds: configure clients, train each, aggregate, step the server.
 
     Args:
+        optimizer: the local optimizer over ``flat.params``; its first param group's lr and
+            weight_decay are the round's (the lr schedule steps it).
         global_vector: x^r (parameters, then floating buffers); its first ``num_params`` entries are
             the parameters ``server_optimizer`` steps.
         server_optimizer: anything with ``step()`` over ``global_vector[:num_params]`` (the module
@@ -133,7 +104,7 @@ class FederatedLoop:
     """
 
     def __init__(self, flat: FlatModel, clients: ClientData, loss_fn: Callable, optimizer: torch.optim.Optimizer,
-                 config: LocalConfig, callbacks: Sequence, global_vector: torch.Tensor, server_optimizer,
+                 config: LocalConfig, callbacks: Sequence[FLCallback], global_vector: torch.Tensor, server_optimizer,
                  client_state: ClientStateStore, forward_context: Callable[[], ContextManager] = nullcontext,
                  blocks: Optional[BlockPartition] = None, collective: Optional[Collective] = None):
         self.flat = flat
@@ -148,28 +119,25 @@ class FederatedLoop:
         self.server_optimizer = server_optimizer
         self.client_state = client_state
         self.collective = collective or Collective()
-        self.received: Optional[ReceivedSums] = None  # the round's running sums, while the round runs
         self.comm = CommMeter(flat.num_params)
         self._gradient_hooks = self._overriding("on_local_gradient")
         self._step_hooks = self._overriding("on_local_step_end")
         self._replays_minibatch = any(cb.replays_minibatch for cb in self._gradient_hooks)
         self._work: dict[str, torch.Tensor] = {}
 
-    def _overriding(self, hook: str) -> list:
-        from fl_lightning.callbacks.base import FLCallback
-
+    def _overriding(self, hook: str) -> list[FLCallback]:
         return [cb for cb in self.callbacks if getattr(type(cb), hook) is not getattr(FLCallback, hook)]
 
-    def _call(self, hook: str, *args) -> None:
+    def _call(self, hook: str, context) -> None:
         for cb in self.callbacks:
-            getattr(cb, hook)(self, *args)
+            getattr(cb, hook)(context)
 
     # -- configure clients (server) -----------------------------------------------------
     def sample_clients(self, round_idx: int) -> list[int]:
         rng = np.random.default_rng(derive_seed(round_idx, Purpose.SAMPLING))
         return sorted(rng.choice(len(self.clients), self.config.clients_per_round, replace=False).tolist())
 
-    def configure_round(self, round_idx: int, lr: float) -> RoundPlan:
+    def configure_round(self, round_idx: int) -> RoundContext:
         everything = [(0, self.flat.numel)]
         epochs = self.config.local_epochs
         tasks = [ClientTask(cid, pos, derive_seed(round_idx, cid), self.clients.num_samples(cid), list(everything),
@@ -179,32 +147,35 @@ class FederatedLoop:
             for task, draw in zip(tasks, lost):
                 task.lost = bool(draw < self.config.client_dropout)
         # "delta": model updates (params and buffers); "control": control-variate updates (params)
-        plan = RoundPlan(round_idx, lr, tasks, {"delta": self.flat.numel, "control": self.flat.num_params})
+        plan = RoundContext(round_idx, self.optimizer.param_groups[0]["lr"], tasks,
+                            {"delta": self.flat.numel, "control": self.flat.num_params}, len(self.clients),
+                            self.flat.num_params, self.flat.numel, self.blocks, self.client_state, self.flat.device,
+                            self.clients.offsets[-1], self.config.weighted_aggregation)
         self._call("configure_round", plan)
         self.client_state.begin_round(round_idx, [client.client_id for client in plan.clients])
         return plan
 
     # -- one round ----------------------------------------------------------------------
-    def run_round(self, round_idx: int, lr: float) -> Optional[torch.Tensor]:
+    def run_round(self, round_idx: int) -> Optional[torch.Tensor]:
         """Runs round ``round_idx``; returns the reporting clients' mean local training loss (a 0-dim
         tensor), or None if no client reported (then nothing changed)."""
-        plan = self.configure_round(round_idx, lr)
-        received = self.received = ReceivedSums(plan.channels, self.global_vector.device)
+        plan = self.configure_round(round_idx)
+        received = ReceivedSums(plan.channels, self.global_vector.device)
         tally = RoundTally(len(plan.clients), self.global_vector.device)
         for position in self.collective.share([c.num_samples * c.local_epochs for c in plan.clients]):
-            client = plan.clients[position]
-            self.run_client(client)
-            if client.lost:
+            task = plan.clients[position]
+            client, loss_sum = self.run_client(task, plan)
+            if task.lost:
                 tally.lost[position] = 1
             elif not client.upload.is_finite():  # dropped, not averaged into the model
                 tally.non_finite[position] = 1
             else:
-                received.add(client.upload, delta_weight=client.num_samples if self.config.weighted_aggregation else 1.0)
+                received.add(client.upload, delta_weight=task.num_samples if self.config.weighted_aggregation else 1.0)
+                client.received = received
                 self._call("on_client_reported", client)
-                tally.add_loss(client.loss_sum, client.steps)
-            tally.upload_bytes[position] = 0 if client.pooled or client.lost else client.upload.nbytes
-            tally.download_bytes[position] = 0 if client.pooled else client.download.nbytes
-            client.drop_tensors()
+                tally.add_loss(loss_sum, client.steps)
+            tally.upload_bytes[position] = 0 if task.pooled or task.lost else client.upload.nbytes
+            tally.download_bytes[position] = 0 if task.pooled else client.download.nbytes
         committed = tally.all_reduce(self.collective, received, plan, self.client_state.written())
         self.client_state.end_round(committed)
         lost, non_finite = int(tally.lost.sum()), int(tally.non_finite.sum())
@@ -213,10 +184,9 @@ class FederatedLoop:
         self._report_drops(round_idx, len(plan.clients), lost, non_finite)
         reported = len(plan.clients) - lost - non_finite
         if reported:
-            self.server_update(received)
+            self.server_update(round_idx, received)
         self.flat.load(self.global_vector)
         self._call("on_round_end", plan)
-        self.received = None
         return tally.mean_loss() if reported else None
 
     @staticmethod
@@ -230,33 +200,41 @@ class FederatedLoop:
             rank_zero_warn(f"round {round_idx + 1}: none of the {sampled} sampled clients reported; the global "
                            "model and the algorithm's state are unchanged this round")
 
-    def run_client(self, client: ClientTask) -> None:
+    def run_client(self, task: ClientTask, plan: RoundContext) -> tuple[ClientContext, torch.Tensor]:
+        """y ← x^r, local training, upload: the client's context and its summed local loss."""
         self.flat.load(self.global_vector)  # y ← x^r
+        group = self.optimizer.param_groups[0]
+        cache: dict[str, torch.Tensor] = {}
+        client = ClientContext(task, plan.round, plan.lr, group.get("weight_decay", 0.0), group.get("momentum", 0.0),
+                               self.flat.vector, self.flat.grad, self.global_vector,
+                               full_gradient=lambda: self.full_gradient(task, cache),
+                               gradient_at_global=lambda: self.gradient_at_global(client))
         client.download.add("model", 0, self.global_vector)
         self.optimizer.state.clear()  # a fresh local optimizer for every client
         with isolated_rng(self.flat.device):  # dropout draws from the client's own streams only
             self._call("on_client_start", client)
-            self.train_local(client)
+            loss_sum = self.train_local(client)
             delta = self.flat.vector - self.global_vector
-            for start, stop in client.upload_ranges:
+            for start, stop in task.upload_ranges:
                 client.upload.add("delta", start, delta[start:stop])
             self._call("on_client_end", client)
             self._call("on_upload", client)
+        return client, loss_sum
 
-    def data_of(self, client: ClientTask) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.clients.pooled() if client.pooled else self.clients.of(client.client_id)
+    def data_of(self, task: ClientTask) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.clients.pooled() if task.pooled else self.clients.of(task.client_id)
 
-    def train_local(self, client: ClientTask) -> None:
-        """E local epochs of minibatch SGD on the client's own data (client_step)."""
-        x, y = self.data_of(client)
+    def train_local(self, client: ClientContext) -> torch.Tensor:
+        """E local epochs of minibatch SGD on the client's own data (client_step); the summed loss."""
+        task = client.task
+        x, y = self.data_of(task)
         n, batch = len(y), self.config.batch_size
-        batch_order = generator(client.seed)
-        augmentation = generator(stream_seed(client.seed, Stream.AUGMENTATION), x.device)
-        seed_global_rng(stream_seed(client.seed, Stream.DROPOUT), x.device)
+        batch_order = generator(task.seed)
+        augmentation = generator(stream_seed(task.seed, Stream.AUGMENTATION), x.device)
+        seed_global_rng(stream_seed(task.seed, Stream.DROPOUT), x.device)
         loss_sum = torch.zeros((), device=x.device)
         flat, optimizer, clip = self.flat, self.optimizer, self.config.grad_clip
-        steps = 0
-        for _ in range(client.local_epochs):
+        for _ in range(task.local_epochs):
             perm = torch.randperm(n, generator=batch_order).to(x.device)
             xs, ys = x[perm], y[perm]
             for start in range(0, n, batch):
@@ -269,24 +247,24 @@ class FederatedLoop:
                 if clip is not None:
                     flat.grad.mul_(torch.clamp(clip / (flat.grad.norm() + 1e-6), max=1.0))
                 for cb in self._gradient_hooks:
-                    cb.on_local_gradient(self, client)
+                    cb.on_local_gradient(client)
                 optimizer.step()
                 for cb in self._step_hooks:
-                    cb.on_local_step_end(self, client)
+                    cb.on_local_step_end(client)
                 loss_sum += loss.detach()
-                steps += 1
-        client.steps = steps
-        client.loss_sum = loss_sum
+                client.steps += 1
+        client.batch, client.batch_rng_state = (), None
+        return loss_sum
 
     # -- gradients at the downloaded model (SVRG, control-variate option I) ---------------
-    def full_gradient(self, client: ClientTask) -> torch.Tensor:
+    def full_gradient(self, task: ClientTask, cache: dict) -> torch.Tensor:
         """∇f_i(x^r): the mean loss gradient over all of the client's data, at the downloaded
-        model; one pass, computed once per client and round. Call it while the working model
-        is still x^r (``on_client_start``)."""
-        if "full_gradient" not in client.info:
-            x, y = self.data_of(client)
-            augmentation = generator(stream_seed(client.seed, Stream.FULL_GRADIENT_AUGMENTATION), x.device)
-            seed_global_rng(stream_seed(client.seed, Stream.FULL_GRADIENT_DROPOUT), x.device)
+        model; one pass, computed once per client and round (kept in ``cache``). Call it while the
+        working model is still x^r (``on_client_start``)."""
+        if "full_gradient" not in cache:
+            x, y = self.data_of(task)
+            augmentation = generator(stream_seed(task.seed, Stream.FULL_GRADIENT_AUGMENTATION), x.device)
+            seed_global_rng(stream_seed(task.seed, Stream.FULL_GRADIENT_DROPOUT), x.device)
             total = torch.zeros_like(self.flat.grad)
             for start in range(0, len(y), self.config.batch_size):
                 xb = self.clients.prepare(x[start:start + self.config.batch_size], augmentation)
@@ -295,10 +273,10 @@ class FederatedLoop:
                     loss = self.loss_fn(xb, yb)
                 total.add_(self.flat.backward(loss, out=self._scratch_grad()), alpha=len(yb) / len(y))
             self.flat.load(self.global_vector)  # undo what the pass did to BatchNorm statistics
-            client.info["full_gradient"] = total
-        return client.info["full_gradient"]
+            cache["full_gradient"] = total
+        return cache["full_gradient"]
 
-    def gradient_at_global(self, client: ClientTask) -> torch.Tensor:
+    def gradient_at_global(self, client: ClientContext) -> torch.Tensor:
         """∇f_i(x^r; ζ) for the current minibatch ζ — the same augmented inputs and the same dropout
         mask as ∇f_i(y; ζ); the working model y and the RNG are left as they were."""
         if client.batch_rng_state is None:
@@ -327,13 +305,14 @@ class FederatedLoop:
         return buffer
 
     # -- aggregate (server) -------------------------------------------------------------
-    def server_update(self, received: ReceivedSums) -> None:
+    def server_update(self, round_idx: int, received: ReceivedSums) -> None:
         """Parameters: the server optimizer steps on the pseudo-gradient g = −Δ̄ (after FLCallbacks
         transform Δ̄; FedAvg's SGD(lr=η_g) gives x + η_g Δ̄). Floating buffers take the mean, never stepped."""
         mean = received.mean("delta")
         d = self.flat.num_params
         update = mean[:d]
-        self._call("on_server_update", update, received)
+        self._call("on_server_update", ServerContext(round_idx, update, received, self.global_vector[:d],
+                                                     len(self.clients), self.blocks))
         server_params = self.server_optimizer.param_groups[0]["params"][0]
         unreported = received.weight("delta")[:d] == 0  # e.g. a FedBCGD block whose clients all dropped
         kept = self._server_coordinates(unreported) if bool(unreported.any()) else []

@@ -22,17 +22,19 @@ from pytorch_lightning.utilities.warnings import PossibleUserWarning
 import torch.nn.functional as F
 from torch import nn
 
-from fl_lightning.algorithms import BLOCK_ALGORITHMS, algorithm_help, build_callbacks, build_server_optimizer, resolve
-from fl_lightning.blocks import build_partition
+from fl_lightning.algorithms import REGISTRY, Algorithm
+from fl_lightning.blocks import partition_for
+from fl_lightning.callbacks import CompressedUpload, FLCallback
 from fl_lightning.checkpoint_io import install as install_safe_checkpoint_io, refusal as checkpoint_refusal
-from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.client_state import ClientStateStore, open_store
+from fl_lightning.compression import Codec
 from fl_lightning.distributed import Collective
 from fl_lightning.errors import ConfigError, DivergenceError, check_unchanged
 from fl_lightning.evaluation import batch_sums, summed_over_ranks, test_metrics, train_objective
 from fl_lightning.flat import FlatModel
 from fl_lightning.foreign import LoggedValues, is_lightning, logging_into, network_optimizer, overrides
 from fl_lightning.loop import FederatedLoop, LocalConfig
+from fl_lightning.module_options import check_module_options, codec_spec, resolve
 from fl_lightning.models.timm_models import timm_input_config
 from fl_lightning.plot import save_curve
 from fl_lightning.seeding import run_seed
@@ -55,7 +57,9 @@ class FederatedModule(pl.LightningModule):
     Args:
         network: the model to federate (any ``nn.Module``, or a ``LightningModule`` whose
             ``training_step`` then defines the local loss).
-        algorithm: preset, one of — {algorithms}.
+        algorithm: the algorithm with its options (fl_lightning.algorithms; default FedAvg): on the command
+            line ``--model.algorithm NAME --model.algorithm.OPTION V``, NAME one of — {algorithms}.
+            ``fl-lightning algorithms NAME`` lists its options.
         clients_per_round: S, clients sampled each round (paper: 10 of 100).
         local_epochs: E, local epochs per round (paper: 5).
         batch_size: B, local minibatch size (paper: 50).
@@ -65,16 +69,13 @@ class FederatedModule(pl.LightningModule):
         client_momentum: local SGD momentum (reset for every client; paper: 0).
         local_optimizer: ``sgd`` (lr, weight_decay, client_momentum above) or ``network``: the optimizer the
             network's own ``configure_optimizers`` returns (a LightningModule), its lr decayed by lr_decay.
-        server_lr: η_g, the server optimizer's lr (default: 1; fedadam/fedyogi 0.01).
-        server_momentum: λ, server momentum of fedavgm and fedbcgd* (default 0.8; 0.45 with control_rule authors).
         server_optimizer: any torch.optim class (path) with its init args, stepped on the pseudo-gradient −Δ̄
-            each round; replaces the preset's (then leave server_lr/server_momentum unset).
+            each round; replaces the algorithm's (then leave the algorithm's server_lr/server_momentum unset).
         weighted_aggregation: weight client updates Δ by sample count instead of a plain mean.
-        compression: compress every upload: ``topk``, ``randk``, ``qsgd``, or ``none`` (default: the preset's;
-            topk, fedpaq, fedbcgd_qsgd and fedbcgd_plus_qsgd compress, the others do not).
-        compression_k: Top-k / rand-k: entries kept, a count (≥ 1) or a fraction of those uploaded (< 1).
-        qsgd_levels: QSGD's s (255: 1 sign + 8 level bits per entry); qsgd_bucket_size: entries per norm.
-        error_feedback: keep each client's compression error and add it to its next upload (default: on for topk).
+        compression: a codec for every upload: ``topk``, ``randk``, ``qsgd`` (options
+            ``--model.compression.k``, ``.levels``, ``.bucket_size``, ``.error_feedback``) or ``none``;
+            the names topk, fedpaq, fedbcgd_qsgd and fedbcgd_plus_qsgd choose one themselves.
+        grad_clip: clip each local gradient to this norm (default: none; 10 with rule authors).
         client_dropout: p, the probability that a sampled client fails to report (seeded per round): it
             trains, but its upload never arrives. Updates with NaN/inf are dropped too. The server
             aggregates what arrived; a round where nobody reports changes nothing.
@@ -84,47 +85,37 @@ class FederatedModule(pl.LightningModule):
         eval_every_d: evaluate val/* only when comm/upload_d crosses a multiple of this (and after the last
             round): every algorithm evaluated at the same spacing in floats uploaded (needs
             trainer.check_val_every_n_epoch 1; centralized, which uploads nothing, every round).
-        num_blocks: N, parameter blocks (FedBCGD); default: the paper's division, else 5.
-        block_division: ``auto`` (paper preset if the model has one, else balanced), ``balanced``,
-            or ``{{blocks: [[module patterns]], shared: [patterns]}}`` (see ``fl_lightning.blocks``).
-        shared_block: keep a shared block uploaded by every client (ablation: false).
-        control_variate: c_i refresh of fedbcgd_plus/scaffold, ``option2`` (default) or ``option1``.
-        control_keep: what a FedBCGD+ client stores of its refreshed c_i: ``uploaded`` (default) or ``all``.
-        shared_control_coefficient: Eq. 5's step on the shared block's c: ``mean`` (1/M) or ``paper`` (1/(MN)).
-        control_rule: ``spec`` or ``authors`` (their code: EMA of c, correction after the step, clip 10, λ 0.45).
-        variance_reduction: FedBCGD+'s SVRG term (default: on, off with control_rule authors).
-        grad_clip: clip each local gradient to this norm (default: none; 10 with control_rule authors).
-        fedprox_mu: μ of fedprox's proximal term.
-        feddc_alpha: α of feddc's drift penalty.
         eval_train_objective: at each validation also log ``train/objective``, the global
             training objective f(x) + (weight_decay/2)‖x‖² over all clients' data (convex plots).
     """
 
-    def __init__(self, network: nn.Module, algorithm: str = "fedavg", clients_per_round: int = 10,
+    runs_federated_rounds = True  # what FLCallback.setup looks for
+
+    def __init__(self, network: nn.Module, algorithm: Optional[Algorithm] = None, clients_per_round: int = 10,
                  local_epochs: int = 1, batch_size: int = 50, lr: float = 0.1, lr_decay: float = 0.998,
                  weight_decay: float = 1e-3, client_momentum: float = 0.0, local_optimizer: str = "sgd",
-                 server_lr: Optional[float] = None,
-                 server_momentum: Optional[float] = None, server_optimizer: Optional[OptimizerCallable] = None,
-                 weighted_aggregation: bool = False, compression: Optional[str] = None, compression_k: float = 0.1,
-                 qsgd_levels: int = 255, qsgd_bucket_size: Optional[int] = 512,
-                 error_feedback: Optional[bool] = None, client_dropout: float = 0.0,
+                 server_optimizer: Optional[OptimizerCallable] = None, weighted_aggregation: bool = False,
+                 compression: Optional[Codec] = None, grad_clip: Optional[float] = None, client_dropout: float = 0.0,
                  max_upload_d: Optional[float] = None, target_accuracy: Optional[float] = None,
-                 test_every_n_rounds: Optional[int] = None, eval_every_d: Optional[float] = None, num_blocks: Optional[int] = None, block_division: Union[str, dict] = "auto",
-                 shared_block: bool = True, control_variate: Optional[str] = None, control_keep: Optional[str] = None,
-                 shared_control_coefficient: str = "mean", control_rule: str = "spec",
-                 variance_reduction: Optional[bool] = None, grad_clip: Optional[float] = None,
-                 fedprox_mu: float = 0.01, feddc_alpha: float = 0.01, eval_train_objective: bool = False):
+                 test_every_n_rounds: Optional[int] = None, eval_every_d: Optional[float] = None,
+                 eval_train_objective: bool = False):
         super().__init__()
         if local_optimizer not in ("sgd", "network") or (local_optimizer == "network" and not is_lightning(network)):
             raise ConfigError("model.local_optimizer", f"got {local_optimizer!r}; choose sgd, or network when the "
                               "network is a LightningModule with configure_optimizers")
-        self.save_hyperparameters(ignore=["network", "server_optimizer"])
-        self.settings = resolve(algorithm, {**self.hparams, "server_optimizer": server_optimizer})
+        self.algorithm, self.codec = resolve(algorithm, compression)
+        self.save_hyperparameters(ignore=["network", "server_optimizer", "algorithm", "compression"])
+        check_module_options(self.hparams)
+        self.algorithm.check_with(weighted_aggregation, self.codec)
+        if server_optimizer is not None and self.algorithm.changed_server_options():
+            raise ConfigError("model.server_optimizer", "sets the server step itself: give its lr/momentum in its "
+                              f"init_args and leave model.algorithm.{self.algorithm.changed_server_options()[0]} unset")
+        self.hparams["algorithm"] = self.algorithm.spec()
+        self.hparams["compression"] = codec_spec(self.codec)
         self.server_optimizer = server_optimizer
         self.automatic_optimization = False
         self.net = network
-        needs_blocks = algorithm in BLOCK_ALGORITHMS or num_blocks is not None or block_division != "auto"
-        self.blocks = build_partition(network, block_division, num_blocks, shared_block) if needs_blocks else None
+        self.blocks = partition_for(network, self.algorithm)
         self.flat = FlatModel(network, order=self.blocks.order if self.blocks else None)
         self.global_vector: Optional[torch.Tensor] = None  # x^r, made with the server optimizer
         self.loop: Optional[FederatedLoop] = None
@@ -161,7 +152,8 @@ class FederatedModule(pl.LightningModule):
             raise checkpoint_refusal(checkpoint_path, err) from None
 
     def configure_callbacks(self):
-        return build_callbacks(self.hparams.algorithm, self.settings)
+        """The algorithm's hooks; compression last, on what they upload."""
+        return self.algorithm.callbacks() + ([CompressedUpload(self.codec)] if self.codec is not None else [])
 
     def configure_optimizers(self):
         """[server optimizer over x^r's parameters, local SGD over the working model]; the local lr
@@ -172,7 +164,7 @@ class FederatedModule(pl.LightningModule):
         if self.server_optimizer is not None:
             server = self.server_optimizer(server_params)
         else:
-            server = build_server_optimizer(hp.algorithm, self.settings, server_params)
+            server = self.algorithm.server_optimizer(server_params)
         if hp.local_optimizer == "network":
             local = network_optimizer(self.net, [self.flat.params])
         else:
@@ -200,9 +192,9 @@ class FederatedModule(pl.LightningModule):
         s, m = self.hparams.clients_per_round, datamodule.num_clients
         if s > m:
             raise ConfigError("model.clients_per_round", f"S={s} exceeds data.num_clients M={m}; choose S ≤ M")
-        if self.hparams.algorithm in BLOCK_ALGORITHMS and s < self.blocks.num_blocks:
+        if self.blocks is not None and s < self.blocks.num_blocks:
             raise ConfigError("model.clients_per_round", f"S={s} < N={self.blocks.num_blocks} blocks: every block "
-                              "needs a client each round; raise S or lower model.num_blocks")
+                              "needs a client each round; raise S or lower model.algorithm.num_blocks")
         x = datamodule.eval_transform(datamodule.split.test_x[:2].to(self.flat.device))
         was_training = self.net.training
         try:
@@ -251,7 +243,7 @@ class FederatedModule(pl.LightningModule):
         if not self.trainer.is_global_zero:
             return
         datamodule = self.trainer.datamodule
-        title = f"{self.hparams.algorithm}, {datamodule.dataset}, {self.current_epoch} rounds"
+        title = f"{self.algorithm.name}, {datamodule.dataset}, {self.current_epoch} rounds"
         val_is_test = datamodule.split.val_x is None
         for run_dir in run_dirs(self.trainer):
             save_curve(os.path.join(run_dir, "accuracy_vs_upload_d.png"), self._curve["val"], self._curve["test"],
@@ -260,8 +252,9 @@ class FederatedModule(pl.LightningModule):
     def on_train_start(self):
         fl_callbacks = [cb for cb in self.trainer.callbacks if isinstance(cb, FLCallback)]
         hp = self.hparams
+        grad_clip = hp.grad_clip if hp.grad_clip is not None else self.algorithm.default_grad_clip()
         config = LocalConfig(hp.clients_per_round, hp.local_epochs, hp.batch_size, hp.weighted_aggregation,
-                             self.settings.grad_clip, hp.client_dropout)
+                             grad_clip, hp.client_dropout)
         self.global_vector.copy_(self.flat.vector)  # x^r: the network holds it (restored on resume)
         server, local = self.optimizers()
         clients = self.trainer.datamodule.clients.to(self.device)
@@ -286,9 +279,9 @@ class FederatedModule(pl.LightningModule):
         round_idx = self.current_epoch
         self._val_metrics = {}
         self.net.train()
-        lr = self.loop.optimizer.param_groups[0]["lr"]
+        lr = self.loop.optimizer.param_groups[0]["lr"]  # the round's lr: the local lr schedule's
         with logging_into(self.net, self._train_logs):
-            loss = self.loop.run_round(round_idx, lr)
+            loss = self.loop.run_round(round_idx)
         self._train_loss, self._lr = None if loss is None else float(loss), lr  # None: nobody reported
         if not (loss is None or math.isfinite(self._train_loss)) or not self.loop.is_finite():
             raise DivergenceError(f"round {round_idx + 1}: the training loss or the global model became NaN/inf "
@@ -400,4 +393,4 @@ class FederatedModule(pl.LightningModule):
             self._curve = {key: [tuple(point) for point in curve.get(key, [])] for key in ("val", "test")}
 
 
-FederatedModule.__doc__ = FederatedModule.__doc__.format(algorithms=algorithm_help())
+FederatedModule.__doc__ = FederatedModule.__doc__.format(algorithms=", ".join(REGISTRY))

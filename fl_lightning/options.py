@@ -17,6 +17,28 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 GROUPS = {"model": (os.path.join(HERE, "module.py"), "FederatedModule"),
           "data": (os.path.join(HERE, "data", "datamodule.py"), "FederatedDataModule")}
 ALWAYS = {"help"}  # jsonargparse's --model.help CLASS
+# Module options that became options of an algorithm or a codec: where each one lives now.
+MOVED = {"server_lr": "--model.algorithm.server_lr V", "server_momentum": "--model.algorithm.server_momentum V",
+         "fedprox_mu": "--model.algorithm fedprox --model.algorithm.mu V",
+         "feddc_alpha": "--model.algorithm feddc --model.algorithm.alpha V",
+         "control_variate": "--model.algorithm.control_variate V (scaffold, fedbcgd_plus)",
+         "control_rule": "--model.algorithm.rule V (scaffold, fedbcgd_plus)",
+         "control_keep": "--model.algorithm.keep V (fedbcgd_plus)",
+         "shared_control_coefficient": "--model.algorithm.shared_coefficient V (fedbcgd_plus)",
+         "variance_reduction": "--model.algorithm.variance_reduction V (fedbcgd_plus)",
+         "num_blocks": "--model.algorithm.num_blocks V (fedbcgd*)",
+         "block_division": "--model.algorithm.block_division V (fedbcgd*)",
+         "shared_block": "--model.algorithm.shared_block V (fedbcgd*)", "compression_k": "--model.compression.k V",
+         "qsgd_levels": "--model.compression.levels V", "qsgd_bucket_size": "--model.compression.bucket_size V",
+         "error_feedback": "--model.compression.error_feedback V"}
+
+
+def moved(option: str) -> Optional[str]:
+    """One line for a module option that moved into the algorithm or the codec, else None."""
+    if option not in MOVED:
+        return None
+    return (f"--model.{option}: moved to {MOVED[option]} (in YAML under model.algorithm.init_args / "
+            "model.compression.init_args; fl-lightning algorithms NAME lists an algorithm's options)")
 
 
 def _init_args(path: str, class_name: str) -> Optional[set[str]]:
@@ -48,6 +70,8 @@ def check_option_names(command: list[str]) -> None:
         parts = arg[2:].split("=", 1)[0].rstrip("+").split(".")
         if len(parts) < 2 or parts[0] not in known or parts[1] in known[parts[0]]:
             continue
+        if parts[0] == "model" and moved(parts[1]):
+            raise ConfigError(f"--model.{parts[1]}", moved(parts[1]).split(": ", 1)[1])
         close = difflib.get_close_matches(parts[1], known[parts[0]], n=1)
         hint = f"did you mean --{parts[0]}.{close[0]}? " if close else ""
         raise ConfigError(f"--{parts[0]}.{parts[1]}", f"no such option; {hint}(every option: fl-lightning fit --help)")

@@ -21,7 +21,8 @@ from torch.optim import Optimizer
 class FedAdam(Optimizer):
     """m ← β1 m + (1−β1) g;  v ← β2 v + (1−β2) g²;  x ← x − lr · m / (√v + τ)."""
 
-    def __init__(self, params, lr: float = 0.03, betas: tuple[float, float] = (0.9, 0.99), tau: float = 1e-3):
+    def __init__(self, params, lr: float, betas: tuple[float, float], tau: float):
+        """Every hyper-parameter is given: their defaults live in one place, fl_lightning.algorithms.FedAdam."""
         if not lr > 0 or not tau > 0 or not all(0.0 <= b < 1.0 for b in betas):
             raise ValueError(f"{type(self).__name__}: need lr > 0, tau > 0 and betas in [0, 1), got "
                              f"lr={lr}, tau={tau}, betas={betas}")

@@ -1,0 +1,17 @@
+"""Names for algorithms whose uploads go through a codec (spec, "Compression baselines"; paper
+Table 6). Any algorithm composes with any codec through ``model.compression``; these names fix the
+pairing the paper compares."""
+from __future__ import annotations
+
+from fl_lightning.algorithms.base import register_preset
+from fl_lightning.algorithms.fedavg import FedAvg
+from fl_lightning.algorithms.fedbcgd import FedBCGD, FedBCGDPlus
+
+register_preset("topk", FedAvg, "topk", "FedAvg uploading its k largest entries, with error feedback "
+                "(Aji & Heafield 2017; model.compression.k)", "2k")
+register_preset("fedpaq", FedAvg, "qsgd", "FedAvg with QSGD quantised uploads (Reisizadeh et al. 2020; "
+                "model.compression.levels)", "≈ d(1 + ⌈log₂(s+1)⌉)/32")
+register_preset("fedbcgd_qsgd", FedBCGD, "qsgd", "FedBCGD with its uploaded blocks QSGD quantised (paper Table 6)",
+                "≈ FedBCGD·9/32")
+register_preset("fedbcgd_plus_qsgd", FedBCGDPlus, "qsgd", "FedBCGD+ with its uploaded blocks (Δ and Δc) QSGD "
+                "quantised (paper Table 6)", "≈ FedBCGD+·9/32")

@@ -1,0 +1,58 @@
+"""``fl-lightning algorithms [NAME]``: every registered algorithm with its summary, upload size and
+options, or one algorithm's options with their types, defaults and meaning."""
+from __future__ import annotations
+
+import inspect
+import re
+
+from fl_lightning.algorithms import REGISTRY, get
+
+
+def option_help(cls: type) -> dict[str, str]:
+    """``name → one line`` from the ``Args:`` section of the class docstring."""
+    doc = inspect.getdoc(cls) or ""
+    args = doc.split("Args:", 1)[1] if "Args:" in doc else ""
+    lines: dict[str, str] = {}
+    current = None
+    for line in args.splitlines():
+        match = re.match(r"\s{0,4}(\w+): (.*)", line)
+        if match:
+            current = match.group(1)
+            lines[current] = match.group(2).strip()
+        elif current and line.strip():
+            lines[current] += " " + line.strip()
+    return lines
+
+
+def describe(name: str) -> str:
+    entry = get(name)
+    cls = entry.algorithm
+    out = [f"{name}: {entry.summary}", f"  class: {cls.__module__}.{cls.__qualname__}"
+           + (f" with --model.compression {entry.codec}" if entry.codec else ""), f"  upload per client and round: "
+           f"{entry.upload} floats", "  options (--model.algorithm.NAME VALUE):"]
+    helps = option_help(cls)
+    for option, param in inspect.signature(cls.__init__).parameters.items():
+        if option == "self":
+            continue
+        kind = str(param.annotation).strip("'") if param.annotation is not param.empty else ""
+        out.append(f"    {option} ({kind}, default {param.default!r}): {helps.get(option, '')}")
+    if len(out) == 4:
+        out.append("    (none)")
+    return "\n".join(out)
+
+
+def main(args: list[str]) -> int:
+    if args[:1] in (["-h"], ["--help"]):
+        print("usage: fl-lightning algorithms [NAME]   every algorithm, or NAME's options")
+        return 0
+    if args:
+        print(describe(args[0]))
+        return 0
+    width = max(map(len, REGISTRY))
+    for name, entry in REGISTRY.items():
+        options = ", ".join(entry.algorithm.option_names()) or "-"
+        codec = f" [+{entry.codec}]" if entry.codec else ""
+        print(f"{name:<{width}}  {entry.summary}{codec}\n{'':<{width}}  upload {entry.upload}; options: {options}")
+    print("\none algorithm's options: fl-lightning algorithms NAME; use: --model.algorithm NAME "
+          "--model.algorithm.OPTION VALUE")
+    return 0

@@ -1,0 +1,122 @@
+"""What an algorithm's hooks see (README, "Writing an algorithm"; docs/write_your_own_algorithm.md).
+
+Three typed contexts instead of the loop object:
+
+- ``RoundContext``: the server's view before and after a round — its clients (``ClientTask``), the
+  round's lr, the upload channels, the block partition, sizes, the client-state store.
+- ``ClientContext``: one client while it trains — its id, the round, the round's lr (the one
+  source: the local optimizer's lr schedule), weight decay and momentum, the working model as a flat vector and its
+  gradient, x^r, the current minibatch, its upload, and its full gradient / minibatch gradient at x^r.
+- ``ServerContext``: the aggregation — the received sums, the aggregated update, M, the blocks.
+
+Each is built by ``fl_lightning.loop.FederatedLoop``, or by hand in a test (``fl_lightning.toy``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+
+from fl_lightning.blocks import BlockPartition
+from fl_lightning.client_state import ClientStateStore
+from fl_lightning.comm import Payload, ReceivedSums
+
+Ranges = list[tuple[int, int]]
+
+
+@dataclass
+class ClientTask:
+    """One sampled client in one round, as the server planned it (``configure_round`` may change
+    ``upload_ranges``, ``local_epochs``, ``lost``)."""
+
+    client_id: int
+    position: int  # index in this round's sample
+    seed: int
+    num_samples: int
+    upload_ranges: Ranges  # slices [start, stop) of the flat model it sends
+    local_epochs: int = 1
+    pooled: bool = False  # centralised SGD: all clients' data in one place, nothing crosses a network
+    lost: bool = False  # fails to report: it downloads and trains, but its upload never arrives
+
+
+@dataclass
+class RoundContext:
+    """The server's view of round ``round`` (0-based) before any client trains and after the update."""
+
+    round: int
+    lr: float  # the round's local lr
+    clients: list[ClientTask]
+    channels: dict[str, int]  # the server's sums this round: name → size (declare new ones here)
+    num_clients: int  # M
+    num_params: int  # d
+    numel: int  # parameters and floating buffers: the size of the "delta" channel
+    blocks: Optional[BlockPartition]
+    client_state: ClientStateStore  # declare per-client tables here: client_state.table(name, size)
+    device: torch.device
+    total_samples: int  # Σ n_i over all M clients
+    weighted_aggregation: bool  # Δ̄ weights each client's update by n_i (else 1)
+
+
+class ClientContext:
+    """One client of one round while it trains. ``params``/``grad`` are the working model's flat
+    parameter vector and its gradient (views: change them in place), ``vector`` the parameters and
+    floating buffers, ``global_vector`` x^r (read only). In ``on_client_reported``, ``received`` holds
+the round's sums: ``received.add_sum(channel, values)`` adds what the server derives from this
+upload (the channel declared in ``round.channels``)."""
+
+    def __init__(self, task: ClientTask, round_idx: int, lr: float, weight_decay: float, momentum: float,
+                 vector: torch.Tensor, grad: torch.Tensor, global_vector: torch.Tensor,
+                 full_gradient: Optional[Callable[[], torch.Tensor]] = None,
+                 gradient_at_global: Optional[Callable[[], torch.Tensor]] = None):
+        self.task = task
+        self.round, self.lr, self.weight_decay, self.momentum = round_idx, lr, weight_decay, momentum
+        self.vector, self.grad, self.global_vector = vector, grad, global_vector
+        self.num_params = grad.numel()
+        self.params = vector[:self.num_params]
+        self.global_params = global_vector[:self.num_params]
+        self.upload, self.download = Payload(), Payload()
+        self.batch: tuple = ()  # the current local minibatch (x, y), augmented
+        self.batch_rng_state: Optional[torch.Tensor] = None  # the global RNG before the batch's forward
+        self.steps = 0  # local steps taken so far (T once training ended)
+        self.received: Optional[ReceivedSums] = None  # the round's sums, set once the upload arrived
+        self._full_gradient, self._gradient_at_global = full_gradient, gradient_at_global
+
+    @property
+    def client_id(self) -> int:
+        return self.task.client_id
+
+    @property
+    def num_samples(self) -> int:
+        return self.task.num_samples
+
+    @property
+    def upload_ranges(self) -> Ranges:
+        return self.task.upload_ranges
+
+    def full_gradient(self) -> torch.Tensor:
+        """∇f_i(x^r) over all the client's data, computed once per round: call it first in
+        ``on_client_start``, while the working model is still x^r."""
+        if self._full_gradient is None:
+            raise RuntimeError("this ClientContext was built without a full_gradient function")
+        return self._full_gradient()
+
+    def gradient_at_global(self) -> torch.Tensor:
+        """∇f_i(x^r; ζ) for the current minibatch ζ (same inputs, same dropout mask); needs
+        ``replays_minibatch = True`` on the calling callback."""
+        if self._gradient_at_global is None:
+            raise RuntimeError("this ClientContext was built without a gradient_at_global function")
+        return self._gradient_at_global()
+
+
+@dataclass
+class ServerContext:
+    """The server step of round ``round``: ``update`` (Δ̄ over the parameters, applied as
+    x ← x + η_g·update by the server optimizer) may be changed in place."""
+
+    round: int
+    update: torch.Tensor
+    received: ReceivedSums
+    global_params: torch.Tensor  # x^r's parameters (before the step)
+    num_clients: int  # M
+    blocks: Optional[BlockPartition]

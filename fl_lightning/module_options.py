@@ -1,0 +1,53 @@
+"""The module's own options (those every algorithm shares): the algorithm and codec they name, and
+the range checks, one line each, done once where the module is built."""
+from __future__ import annotations
+
+from typing import Optional, Union
+
+from fl_lightning.algorithms import Algorithm, create
+from fl_lightning.compression import CODECS, Codec
+from fl_lightning.errors import ConfigError
+
+
+def resolve(algorithm: Union[Algorithm, str, None], compression: Union[Codec, str, None]
+            ) -> tuple[Algorithm, Optional[Codec]]:
+    """The algorithm object (a registry name gets its defaults; None is FedAvg) and the codec: the
+    one given, else the one the algorithm's name implies (``fedpaq``: QSGD); ``"none"``: no codec."""
+    implied = None
+    if algorithm is None:
+        algorithm = "fedavg"
+    if isinstance(algorithm, str):
+        algorithm, implied = create(algorithm)
+    if not isinstance(algorithm, Algorithm):
+        raise ConfigError("model.algorithm", f"needs a fl_lightning.algorithms.Algorithm or a name, got "
+                          f"{type(algorithm).__name__}")
+    if isinstance(compression, str):
+        if compression not in CODECS and compression != "none":
+            raise ConfigError("model.compression", f"unknown codec {compression!r}; choose one of "
+                              f"{', '.join(CODECS)}, none")
+        return algorithm, CODECS[compression]() if compression in CODECS else None
+    if compression is not None and not isinstance(compression, Codec):
+        raise ConfigError("model.compression", f"needs a fl_lightning.compression.Codec, got {type(compression).__name__}")
+    return algorithm, compression if compression is not None else implied
+
+
+def codec_spec(codec: Optional[Codec]) -> Optional[dict]:
+    return None if codec is None else {"class_path": f"{type(codec).__module__}.{type(codec).__qualname__}",
+                                       "init_args": codec.options()}
+
+
+def check_module_options(hp) -> None:
+    """Options that are wrong whatever the algorithm: one line each."""
+    for field in ("clients_per_round", "local_epochs", "batch_size", "test_every_n_rounds"):
+        if hp.get(field) is not None and hp[field] < 1:
+            raise ConfigError(f"model.{field}", f"must be ≥ 1, got {hp[field]}")
+    for field in ("lr", "lr_decay", "max_upload_d", "eval_every_d", "grad_clip"):
+        if hp.get(field) is not None and not hp[field] > 0:
+            raise ConfigError(f"model.{field}", f"must be > 0, got {hp[field]}")
+    if hp["weight_decay"] < 0:
+        raise ConfigError("model.weight_decay", f"must be ≥ 0, got {hp['weight_decay']}")
+    if not 0.0 <= hp["client_dropout"] < 1.0:
+        raise ConfigError("model.client_dropout", f"must be in [0, 1), got {hp['client_dropout']}")
+
+
+
