@@ -8,8 +8,8 @@ from fl_lightning.cli import FederatedCLI
 
 CONFIG = "configs/experiments/convex_mnist_logreg.yaml"
 SETTINGS = {
-    "old defaults (option1, keep all, 1/(MN))": ["--model.control_variate", "option1", "--model.control_keep", "all",
-                                                 "--model.shared_control_coefficient", "paper"],
+    "old defaults (option1, keep all, 1/(MN))": ["--model.algorithm.control_variate", "option1", "--model.algorithm.keep", "all",
+                                                 "--model.algorithm.shared_coefficient", "paper"],
     "revised spec (option2, keep uploaded, 1/M)": [],
 }
 

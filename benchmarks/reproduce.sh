@@ -19,13 +19,13 @@ sweep() {  # sweep <name> [options...]
 case "${1:-}" in
   convex) sweep convex --model.max_upload_d 50 \
             --grid model.algorithm=fedavg,fedavgm,scaffold,fedbcgd,fedbcgd_plus,topk,fedpaq,fedbcgd_qsgd ;;
-  blocks) sweep blocks --model.max_upload_d 50 --model.algorithm fedbcgd --grid model.num_blocks=1,2,4,8 ;;
+  blocks) sweep blocks --model.max_upload_d 50 --model.algorithm fedbcgd --grid model.algorithm.num_blocks=1,2,4,8 ;;
   momentum) sweep momentum --model.max_upload_d 25 --model.algorithm fedbcgd \
-              --grid model.server_momentum=0.4,0.6,0.8,0.9 ;;
+              --grid model.algorithm.server_momentum=0.4,0.6,0.8,0.9 ;;
   ablations)  # FedBCGD as configured (λ 0.5, shared block), then one change at a time
     sweep ablations/full --model.max_upload_d 25 --grid model.algorithm=fedbcgd,fedbcgd_freezing
-    sweep ablations/no_shared_block --model.max_upload_d 25 --model.algorithm fedbcgd --model.shared_block false
-    sweep ablations/no_momentum --model.max_upload_d 25 --model.algorithm fedbcgd --model.server_momentum 0 ;;
+    sweep ablations/no_shared_block --model.max_upload_d 25 --model.algorithm fedbcgd --model.algorithm.shared_block false
+    sweep ablations/no_momentum --model.max_upload_d 25 --model.algorithm fedbcgd --model.algorithm.server_momentum 0 ;;
   cifar) $FL sweep --config configs/experiments/cifar10_lenet5.yaml --trainer.logger.init_args.name reproduction/cifar \
            --model.max_upload_d "${BUDGET:-10}" --model.eval_every_d 0.5 --trainer.check_val_every_n_epoch 1 \
            --trainer.max_epochs 1000 --trainer.enable_progress_bar false --grid seed_everything=0,1,2 \

@@ -21,8 +21,8 @@ case "${1:-}" in
       run $C $E/$algorithm --model.algorithm $algorithm --model.lr 0.03 "${@:2}"
     done
     run $C $E/fedbcgd_plus_paper --model.algorithm fedbcgd_plus --model.lr 0.03 \
-      --model.shared_control_coefficient paper "${@:2}"
-    run $C $E/fedbcgd_plus_authors --model.algorithm fedbcgd_plus --model.lr 0.03 --model.control_rule authors "${@:2}"
+      --model.algorithm.shared_coefficient paper "${@:2}"
+    run $C $E/fedbcgd_plus_authors --model.algorithm fedbcgd_plus --model.lr 0.03 --model.algorithm.rule authors "${@:2}"
     run $C $E/centralized --model.algorithm centralized --model.lr 0.03 --trainer.max_epochs 50 "${@:2}" ;;
   cifar)
     C=configs/experiments/cifar10_lenet5.yaml; E=cifar10_lenet5

@@ -2,16 +2,19 @@
 
 The public names are imported on first use, so that the command line answers ``--help`` fast.
 """
-__all__ = ["FederatedDataModule", "FederatedLoop", "FederatedModule", "ClientTask", "RoundPlan"]
+__all__ = ["FederatedDataModule", "FederatedLoop", "FederatedModule", "ClientTask", "ClientContext", "RoundContext",
+           "ServerContext", "ToyFederation"]
+import importlib
+
 __version__ = "0.1.0"
 
 _HOMES = {"FederatedDataModule": "fl_lightning.data.datamodule", "FederatedLoop": "fl_lightning.loop",
-          "ClientTask": "fl_lightning.loop", "RoundPlan": "fl_lightning.loop", "FederatedModule": "fl_lightning.module"}
+          "ClientTask": "fl_lightning.contexts", "ClientContext": "fl_lightning.contexts",
+          "RoundContext": "fl_lightning.contexts", "ServerContext": "fl_lightning.contexts",
+          "ToyFederation": "fl_lightning.toy", "FederatedModule": "fl_lightning.module"}
 
 
 def __getattr__(name: str):
     if name in _HOMES:
-        import importlib
-
         return getattr(importlib.import_module(_HOMES[name]), name)
     raise AttributeError(f"module 'fl_lightning' has no attribute {name!r}")

@@ -28,7 +28,7 @@ from fl_lightning.algorithms.names import algorithm_name, expand_args, load_yaml
 from fl_lightning.blocks import partition_for
 from fl_lightning.checkpoint_io import load_weights_only
 from fl_lightning.data.datamodule import FederatedDataModule
-from fl_lightning.errors import ConfigError, check_unchanged
+from fl_lightning.errors import ConfigError, FLUserError, check_unchanged
 from fl_lightning.models.timm_models import architecture_only
 from fl_lightning.options import moved
 from fl_lightning.module import FederatedModule, run_dirs
@@ -170,6 +170,17 @@ class FederatedCLI(LightningCLI):
                     logger.init_args["save_dir"] = os.path.abspath(logger.init_args["save_dir"])
                 if logger.init_args.get("group") is None:
                     logger.init_args["group"] = group
+
+    def instantiate_classes(self) -> None:
+        """An algorithm's or codec's own check (e.g. ``FedProx(mu=...): must be ≥ 0``) reaches the user as
+        that one line, not inside jsonargparse's report of every Union member it tried."""
+        try:
+            super().instantiate_classes()
+        except (ValueError, TypeError) as err:
+            found = re.search(r"(\w+\(\w+=\.\.\.\): [^\n]*)", str(err))
+            if found is None:
+                raise
+            raise FLUserError(found.group(1)) from None
 
     def instantiate_trainer(self, **kwargs):
         """Adds the round progress bar (fl_lightning.progress) unless the config disables bars or brings one."""

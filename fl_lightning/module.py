@@ -110,8 +110,8 @@ class FederatedModule(pl.LightningModule):
         if server_optimizer is not None and self.algorithm.changed_server_options():
             raise ConfigError("model.server_optimizer", "sets the server step itself: give its lr/momentum in its "
                               f"init_args and leave model.algorithm.{self.algorithm.changed_server_options()[0]} unset")
-        self.hparams["algorithm"] = self.algorithm.spec()
-        self.hparams["compression"] = codec_spec(self.codec)
+        self.save_hyperparameters({**self.hparams, "algorithm": self.algorithm.spec(),  # what ran, as plain data
+                                   "compression": codec_spec(self.codec)})
         self.server_optimizer = server_optimizer
         self.automatic_optimization = False
         self.net = network
@@ -393,4 +393,5 @@ class FederatedModule(pl.LightningModule):
             self._curve = {key: [tuple(point) for point in curve.get(key, [])] for key in ("val", "test")}
 
 
-FederatedModule.__doc__ = FederatedModule.__doc__.format(algorithms=", ".join(REGISTRY))
+FederatedModule.__doc__ = FederatedModule.__doc__.format(
+    algorithms="; ".join(f"{name}: {entry.summary}" for name, entry in REGISTRY.items()))

@@ -2,6 +2,7 @@
 the range checks, one line each, done once where the module is built."""
 from __future__ import annotations
 
+import importlib
 from typing import Optional, Union
 
 from fl_lightning.algorithms import Algorithm, create
@@ -18,6 +19,10 @@ def resolve(algorithm: Union[Algorithm, str, None], compression: Union[Codec, st
         algorithm = "fedavg"
     if isinstance(algorithm, str):
         algorithm, implied = create(algorithm)
+    if isinstance(algorithm, dict):  # a checkpoint's hparams: {class_path, init_args} (Algorithm.spec)
+        algorithm = from_spec(algorithm, Algorithm, "model.algorithm")
+    if isinstance(compression, dict):
+        compression = from_spec(compression, Codec, "model.compression")
     if not isinstance(algorithm, Algorithm):
         raise ConfigError("model.algorithm", f"needs a fl_lightning.algorithms.Algorithm or a name, got "
                           f"{type(algorithm).__name__}")
@@ -29,6 +34,18 @@ def resolve(algorithm: Union[Algorithm, str, None], compression: Union[Codec, st
     if compression is not None and not isinstance(compression, Codec):
         raise ConfigError("model.compression", f"needs a fl_lightning.compression.Codec, got {type(compression).__name__}")
     return algorithm, compression if compression is not None else implied
+
+
+def from_spec(spec: dict, base: type, field: str):
+    """``{class_path, init_args}`` → the object, if the class is a ``base``."""
+    module_name, _, class_name = str(spec.get("class_path", "")).rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError, ValueError):
+        cls = None
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise ConfigError(field, f"cannot import {spec.get('class_path')!r} as a {base.__name__}")
+    return cls(**(spec.get("init_args") or {}))
 
 
 def codec_spec(codec: Optional[Codec]) -> Optional[dict]:

@@ -29,3 +29,32 @@ def make_trainer(max_epochs: int, **kwargs) -> pl.Trainer:
                     num_sanity_val_steps=0, log_every_n_steps=1, logger=False, enable_checkpointing=False)
     defaults.update(kwargs)
     return pl.Trainer(max_epochs=max_epochs, **defaults)
+
+
+CODEC_OPTIONS = {"compression_k": "k", "qsgd_levels": "levels", "qsgd_bucket_size": "bucket_size",
+                 "error_feedback": "error_feedback"}
+
+
+def split_options(algorithm: str, hp: dict, default_blocks=None) -> dict:
+    """FederatedModule kwargs for ``algorithm`` (a registry name) and the options in ``hp``: the algorithm's
+    own (e.g. num_blocks=2) go to its object, compression_k/qsgd_levels/... to the codec, the rest stay."""
+    from fl_lightning.algorithms import get
+    from fl_lightning.compression import CODECS
+
+    hp = dict(hp)
+    entry = get(algorithm)
+    options = {key: hp.pop(key) for key in list(hp) if key in entry.algorithm.option_names()}
+    if entry.algorithm.uses_blocks and default_blocks is not None:
+        options.setdefault("block_division", default_blocks)
+    codec_options = {CODEC_OPTIONS[key]: hp.pop(key) for key in list(hp) if key in CODEC_OPTIONS}
+    codec = hp.pop("compression", entry.codec)
+    if isinstance(codec, str):
+        codec = CODECS[codec](**codec_options) if codec != "none" else None
+    return {"algorithm": entry.algorithm(**options), "compression": codec, **hp}
+
+
+def fl_module(network, algorithm: str = "fedavg", **hp):
+    """``FederatedModule(network, ...)`` with ``algorithm``'s options given flat (``split_options``)."""
+    from fl_lightning import FederatedModule
+
+    return FederatedModule(network, **split_options(algorithm, hp))

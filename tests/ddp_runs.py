@@ -20,6 +20,7 @@ from pytorch_lightning.loggers import CSVLogger
 from fl_lightning import FederatedDataModule, FederatedModule
 from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.models import MLP
+from tests.conftest import fl_module
 
 ROUNDS = 3
 CASES = {  # S = 5 clients per round: not divisible by the 2 ranks
@@ -36,7 +37,7 @@ def fit(case: str, out: str, ddp: bool, rounds: int = ROUNDS, ckpt_path=None, ch
         version=None):
     """One run of ``case``; returns the module. Its CSV log goes to out/<case>/."""
     pl.seed_everything(0, verbose=False)
-    module = FederatedModule(MLP(in_features=64, num_classes=10, hidden=[32]), clients_per_round=5, local_epochs=1,
+    module = fl_module(MLP(in_features=64, num_classes=10, hidden=[32]), clients_per_round=5, local_epochs=1,
                              batch_size=10, lr=0.05, **CASES[case])
     data = FederatedDataModule(dataset="digits", num_clients=12, partition="dirichlet", dirichlet_rho=0.5)
     callbacks = [ModelCheckpoint(filename="{epoch}", save_top_k=-1, every_n_epochs=1)] if checkpoint_every_round else []
@@ -61,13 +62,17 @@ class DieOnRank(FLCallback):
     (1-based) when it runs as rank ``rank``; the other ranks then wait on a collective."""
 
     def __init__(self, rank: int = 1, round: int = 2):
-        self.rank, self.round, self._round = rank, round, 0
+        self.rank, self.round, self._round, self._my_rank = rank, round, 0, 0
 
-    def configure_round(self, loop, plan):
-        self._round = plan.round + 1
+    def setup(self, trainer, pl_module, stage):
+        super().setup(trainer, pl_module, stage)
+        self._my_rank = trainer.global_rank
 
-    def on_client_start(self, loop, client):
-        if loop.collective.rank == self.rank and self._round >= self.round:
+    def configure_round(self, round):
+        self._round = round.round + 1
+
+    def on_client_start(self, client):
+        if self._my_rank == self.rank and self._round >= self.round:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -78,8 +83,8 @@ class StallOnRank(DieOnRank):
         super().__init__(rank, round)
         self.seconds = seconds
 
-    def on_client_start(self, loop, client):
-        if loop.collective.rank == self.rank and self._round >= self.round:
+    def on_client_start(self, client):
+        if self._my_rank == self.rank and self._round >= self.round:
             time.sleep(self.seconds)
 
 

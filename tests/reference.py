@@ -15,7 +15,7 @@ from torch import nn
 from fl_lightning import FederatedDataModule, FederatedModule
 from fl_lightning.callbacks import FLCallback
 from fl_lightning.data import DataSplit
-from tests.conftest import make_trainer
+from tests.conftest import make_trainer, split_options
 
 M, S, N = 4, 3, 2          # clients, sampled per round, blocks
 LR, DECAY, WD, LAM = 0.1, 0.9, 0.01, 0.5
@@ -46,24 +46,31 @@ def grad(p, x, y):
 class Recorder(FLCallback):
     """Records what the reference needs to replay: clients, blocks, minibatches, final local models."""
 
-    def __init__(self):
+    def __init__(self, blocks=None):
         self.rounds = []
+        self.blocks = blocks  # the module's partition: a client's upload ranges name its block
 
-    def configure_round(self, loop, plan):
+    def configure_round(self, round):
         self.rounds.append([])
 
-    def on_client_start(self, loop, client):
-        self.rounds[-1].append({"client": client.client_id, "block": client.info.get("block"), "batches": [],
-                                "lost": client.lost, "reported": False})
+    def block_of(self, client):
+        if self.blocks is None:
+            return None
+        return next((j for j in range(self.blocks.num_blocks) if self.blocks.upload_ranges(j) == client.upload_ranges),
+                    None)
 
-    def on_client_reported(self, loop, client):
+    def on_client_start(self, client):
+        self.rounds[-1].append({"client": client.client_id, "block": self.block_of(client), "batches": [],
+                                "lost": client.task.lost, "reported": False})
+
+    def on_client_reported(self, client):
         self.rounds[-1][-1]["reported"] = True
 
-    def on_local_gradient(self, loop, client):
+    def on_local_gradient(self, client):
         self.rounds[-1][-1]["batches"].append(tuple(t.clone() for t in client.batch))
 
-    def on_client_end(self, loop, client):
-        self.rounds[-1][-1]["local_change"] = (loop.flat.vector - loop.global_vector).clone()
+    def on_client_end(self, client):
+        self.rounds[-1][-1]["local_change"] = (client.vector - client.global_vector).clone()
 
 
 def data():
@@ -76,11 +83,10 @@ def data():
 def run_library(algorithm, rounds=2, split_and_parts=None, **hp):
     torch.manual_seed(0)
     split, parts = split_and_parts or data()
-    settings = dict(clients_per_round=S, local_epochs=1, batch_size=2, lr=LR, lr_decay=DECAY, weight_decay=WD,
-                    block_division=BLOCKS)
-    module = FederatedModule(Tiny(), algorithm=algorithm, **{**settings, **hp})
+    settings = dict(clients_per_round=S, local_epochs=1, batch_size=2, lr=LR, lr_decay=DECAY, weight_decay=WD)
+    module = FederatedModule(Tiny(), **split_options(algorithm, {**settings, **hp}, default_blocks=BLOCKS))
     initial = {k: v.detach().clone() for k, v in module.net.state_dict().items()}
-    recorder = Recorder()
+    recorder = Recorder(module.blocks)
     make_trainer(rounds, callbacks=[recorder]).fit(module, FederatedDataModule.from_tensors(split, parts))
     return module, initial, recorder
 

@@ -19,11 +19,11 @@ def replay(algorithm, rule, **hp):
 
 
 def test_fedprox_two_rounds_match_reference():
-    replay("fedprox", Rule(blocks=False, prox_mu=0.3), fedprox_mu=0.3)
+    replay("fedprox", Rule(blocks=False, prox_mu=0.3), mu=0.3)
 
 
 def test_feddc_two_rounds_match_reference():
-    module, recorder, expected = replay("feddc", Rule(blocks=False, feddc_alpha=0.5), feddc_alpha=0.5)
+    module, recorder, expected = replay("feddc", Rule(blocks=False, feddc_alpha=0.5), alpha=0.5)
     (feddc,) = [cb for cb in module.loop.callbacks if isinstance(cb, DriftCorrection)]
     assert_params(flat_state(module, feddc.server_control), expected["c"])
     sampled = {rec["client"] for rnd in recorder.rounds for rec in rnd}

@@ -7,14 +7,14 @@ import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 
-from fl_lightning import FederatedDataModule, FederatedModule
+from fl_lightning import FederatedDataModule
 from fl_lightning.blocks import build_partition
 from fl_lightning.cli import main
 from fl_lightning.data import DataSplit
 from fl_lightning.errors import ConfigError
 from fl_lightning.flat import FlatModel
 from fl_lightning.models import MLP, LeNet5, LogisticRegression, create_model
-from tests.conftest import make_trainer
+from tests.conftest import fl_module, make_trainer
 
 LENET_BLOCKS = [3 * 64 * 25 + 64, 64 * 64 * 25 + 64, 1600 * 384 + 384, 384 * 192 + 192]
 LENET_SHARED = 192 * 10 + 10
@@ -89,9 +89,9 @@ def test_bad_divisions_name_the_parameters():
     net = LeNet5()
     with pytest.raises(ConfigError, match=r"in no block: fc2.weight, fc2.bias; in several blocks: conv2.weight"):
         build_partition(net, {"blocks": [["conv*"], ["fc1", "conv2"]], "shared": ["fc3"]})
-    with pytest.raises(ConfigError, match="model.num_blocks: the paper's LeNet5 division has 4 blocks"):
+    with pytest.raises(ConfigError, match="model.algorithm.num_blocks: the paper's LeNet5 division has 4 blocks"):
         build_partition(net, num_blocks=3)
-    with pytest.raises(ConfigError, match="model.block_division: unknown division 'lenet7'"):
+    with pytest.raises(ConfigError, match="model.algorithm.block_division: unknown division 'lenet7'"):
         build_partition(net, "lenet7")
     assert build_partition(net, "lenet5").source == "paper preset for LeNet5"
 
@@ -110,7 +110,7 @@ def lenet_round(algorithm, clients_per_round=10, **hp):
     y = torch.arange(20) % 10
     parts = [torch.arange(2 * i, 2 * i + 2) for i in range(10)]
     data = FederatedDataModule.from_tensors(DataSplit(x, y, x[:2], y[:2], 10), parts)
-    module = FederatedModule(LeNet5(), algorithm=algorithm, clients_per_round=clients_per_round, batch_size=2, **hp)
+    module = fl_module(LeNet5(), algorithm=algorithm, clients_per_round=clients_per_round, batch_size=2, **hp)
     make_trainer(1).fit(module, data)
     return module.loop.comm
 
@@ -137,7 +137,7 @@ def test_too_few_clients_for_the_blocks():
 def digits_run(algorithm, rounds, name, ckpt_path=None, callbacks=(), **hp):
     torch.manual_seed(0)
     settings = dict(clients_per_round=4, batch_size=16, lr=0.1, server_momentum=0.5)
-    module = FederatedModule(MLP(64, 10, hidden=[32]), algorithm=algorithm, **{**settings, **hp})
+    module = fl_module(MLP(64, 10, hidden=[32]), algorithm=algorithm, **{**settings, **hp})
     logger = CSVLogger("runs", name=name)
     trainer = make_trainer(rounds, logger=logger, callbacks=list(callbacks), enable_checkpointing=bool(callbacks))
     trainer.fit(module, FederatedDataModule("digits", num_clients=8), ckpt_path=ckpt_path)

@@ -11,7 +11,7 @@ from fl_lightning import FederatedDataModule, FederatedModule
 from fl_lightning.checkpoint_io import SafeCheckpointIO
 from fl_lightning.errors import ConfigError
 from fl_lightning.models import MLP
-from tests.conftest import make_trainer
+from tests.conftest import fl_module, make_trainer
 from tests.test_engine import digits_run
 
 
@@ -24,7 +24,7 @@ class RunsCode:
 
 def module_and_data():
     torch.manual_seed(0)
-    module = FederatedModule(MLP(64, 10, hidden=[32]), clients_per_round=4, batch_size=16)
+    module = fl_module(MLP(64, 10, hidden=[32]), clients_per_round=4, batch_size=16)
     return module, FederatedDataModule("digits", num_clients=8, val_fraction=0.0)
 
 
@@ -55,7 +55,7 @@ def test_load_from_checkpoint_restores_the_global_model():
     trained, trainer, _ = digits_run(2, "w", callbacks=[every_round])
     assert type(trainer.strategy.checkpoint_io) is SafeCheckpointIO
     loaded = FederatedModule.load_from_checkpoint("ckpts/epoch=1.ckpt", network=MLP(64, 10, hidden=[32]))
-    assert loaded.hparams.server_momentum == 0.5
+    assert loaded.algorithm.server_momentum == 0.5 and type(loaded.algorithm).__name__ == "FedAvgM"
     for (name, a), b in zip(trained.net.state_dict().items(), loaded.net.state_dict().values()):
         assert torch.equal(a, b), name
 

@@ -45,7 +45,7 @@ def test_print_config_and_dotted_overrides(capsys):
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert "clients_per_round: 7" in out and "num_clients: 9" in out and "seed_everything: 3" in out
-    assert "algorithm: fedavgm" in out
+    assert "class_path: fl_lightning.algorithms.fedavg.FedAvgM" in out and "server_momentum: 0.5" in out
 
 
 BAD_INPUTS = [
@@ -66,8 +66,12 @@ BAD_INPUTS = [
     (["--ckpt_path", "truncated.ckpt"], "ckpt_path", "'truncated.ckpt' is not a readable checkpoint"),
     (["--config", "broken.yaml"], "--config", "broken.yaml, line 3, column 1: YAML syntax error"),
     (["--config", "absent.yaml"], "--config", "absent.yaml: no such file"),
-    (["--model.algorithm", "fedbcgd", "--model.num_blocks", "3", "--model.block_division", "balanced",
-      "--model.clients_per_round", "2"], "model.clients_per_round", "S=2 < N=3 blocks"),
+    (["--model.algorithm", "fedbcgd", "--model.algorithm.num_blocks", "3", "--model.algorithm.block_division",
+      "balanced", "--model.clients_per_round", "2"], "model.clients_per_round", "S=2 < N=3 blocks"),
+    (["--model.algorithm", "fedavg", "--model.algorithm.mu", "0.5"], "model.algorithm.mu",
+     "the chosen algorithm has no option 'mu'; it is an option of fedprox"),
+    (["--model.algorithm", "fedprox", "--model.algorithm.mu", "-1"], "FedProx(mu=...)", "must be ≥ 0, got -1"),
+    (["--model.fedprox_mu", "0.5"], "--model.fedprox_mu", "moved to --model.algorithm fedprox --model.algorithm.mu V"),
     (["--model.bogus", "1"], "--model.bogus", "no such option"),
     (["--trainer.max_epoch", "1"], "--trainer.max_epoch", "did you mean --trainer.max_epochs?"),
 ]
@@ -152,7 +156,7 @@ def test_nan_stops_with_the_round(capsys):
     (["--model.eval_every_d", "1", "--trainer.check_val_every_n_epoch", "2"],
      "model.eval_every_d: picks the rounds to evaluate itself: set trainer.check_val_every_n_epoch 1"),
     (["--model.client_dropout", "1.5"], "model.client_dropout: must be in [0, 1), got 1.5"),
-    (["--model.compression", "top-k"], "model.compression: unknown 'top-k'; choose one of topk, randk, qsgd, none"),
+    (["--model.compression", "top-k"], "model.compression: unknown codec 'top-k'; choose one of topk, randk, qsgd, none"),
     (["--trainer.strategy", "dpp", "--trainer.devices", "2"], "trainer: You selected an invalid strategy name: "
      "`strategy='dpp'`. It must be either a string or an instance of `pytorch_lightning.strategies.Strategy`. Example "
      "choices: auto, ddp, ddp_spawn, deepspeed, ... Find a complete list of options in our documentation at "

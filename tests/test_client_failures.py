@@ -20,10 +20,10 @@ CASES = {
     "fedbcgd": (dict(algorithm="fedbcgd", server_momentum=LAM), Rule(momentum=LAM)),
     "fedbcgd_plus": (dict(algorithm="fedbcgd_plus", server_momentum=LAM), Rule(momentum=LAM, controls="option2",
                                                                                 svrg=True)),
-    "fedbcgd_plus_authors": (dict(algorithm="fedbcgd_plus", control_rule="authors", grad_clip=0.5),
+    "fedbcgd_plus_authors": (dict(algorithm="fedbcgd_plus", rule="authors", grad_clip=0.5),
                              Rule(momentum=0.45, controls="authors", keep_all=True, clip=0.5)),
     "scaffold": (dict(algorithm="scaffold"), Rule(blocks=False, controls="option2")),
-    "feddc": (dict(algorithm="feddc", feddc_alpha=0.1), Rule(blocks=False, feddc_alpha=0.1)),
+    "feddc": (dict(algorithm="feddc", alpha=0.1), Rule(blocks=False, feddc_alpha=0.1)),
 }
 
 

@@ -5,11 +5,11 @@ import os
 import pytest
 import torch
 
-from fl_lightning import FederatedDataModule, FederatedModule
+from fl_lightning import FederatedDataModule
 from fl_lightning.client_state import ClientStateStore
 from fl_lightning.errors import FLUserError
 from fl_lightning.models import MLP
-from tests.conftest import make_trainer
+from tests.conftest import fl_module, make_trainer
 
 
 def row(value: float, size: int = 5) -> torch.Tensor:
@@ -81,7 +81,7 @@ def test_scaffold_checkpoint_holds_slots_not_rows(tmp_path):
     """M = 40 clients × d control variates stay in client_state/; the .ckpt holds 2 × M integers for them."""
     net = MLP(in_features=64, num_classes=10, hidden=[64])
     d = sum(p.numel() for p in net.parameters())
-    module = FederatedModule(net, algorithm="scaffold", clients_per_round=20, batch_size=10)
+    module = fl_module(net, algorithm="scaffold", clients_per_round=20, batch_size=10)
     trainer = make_trainer(3, default_root_dir=str(tmp_path))
     trainer.fit(module, FederatedDataModule(dataset="digits", num_clients=40))
     trainer.save_checkpoint(tmp_path / "run.ckpt")

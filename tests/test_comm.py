@@ -1,11 +1,11 @@
 """Exact communication accounting from the tensors that are sent."""
 import torch
 
-from fl_lightning import FederatedDataModule, FederatedModule
+from fl_lightning import FederatedDataModule
 from fl_lightning.comm import CommMeter, Payload, ReceivedSums
 from fl_lightning.data import DataSplit
 from fl_lightning.models import LeNet5
-from tests.conftest import make_trainer
+from tests.conftest import fl_module, make_trainer
 
 # LeNet-5 (paper): conv 3→64 k5, conv 64→64 k5, fc 1600→384→192→10, weights + biases.
 LENET5_D = (3 * 64 * 25 + 64) + (64 * 64 * 25 + 64) + (1600 * 384 + 384) + (384 * 192 + 192) + (192 * 10 + 10)
@@ -23,7 +23,7 @@ def test_fedavg_lenet5_bytes_per_round():
     y = torch.arange(12) % 10
     data = FederatedDataModule.from_tensors(DataSplit(x, y, x[:4], y[:4], 10),
                                             [torch.arange(0, 4), torch.arange(4, 8), torch.arange(8, 12)])
-    module = FederatedModule(LeNet5(), algorithm="fedavg", clients_per_round=2, batch_size=4)
+    module = fl_module(LeNet5(), algorithm="fedavg", clients_per_round=2, batch_size=4)
     make_trainer(2).fit(module, data)
     comm = module.loop.comm
     assert comm.num_params == LENET5_D

@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from fl_lightning import FederatedDataModule, FederatedModule
-from fl_lightning.callbacks import CompressedUpload, FLCallback
-from fl_lightning.compression import pack_bits, qsgd, randk, topk, unpack_bits
+from fl_lightning.callbacks import BlockUploadMask, CompressedUpload, FLCallback
+from fl_lightning.compression import QSGD, TopK, pack_bits, qsgd, randk, topk, unpack_bits
 from fl_lightning.data import DataSplit
 from fl_lightning.errors import ConfigError
 from fl_lightning.models import LeNet5
-from tests.conftest import make_trainer
+from tests.conftest import fl_module, make_trainer
 from tests.reference import Tiny, data
 from tests.test_comm import LENET5_D
 
@@ -24,17 +24,16 @@ class Uploads(FLCallback):
     """Per round and client: the upload before compression, and what arrived (decoded)."""
 
     def __init__(self):
-        self.raw, self.arrived, self.blocks = [], [], []
+        self.raw, self.arrived = [], []
 
-    def configure_round(self, loop, plan):
-        for per_round in (self.raw, self.arrived, self.blocks):
+    def configure_round(self, round):
+        for per_round in (self.raw, self.arrived):
             per_round.append({})
 
-    def on_client_end(self, loop, client):  # every on_client_end runs before compression (on_upload)
+    def on_client_end(self, client):  # every on_client_end runs before compression (on_upload)
         self.raw[-1][client.client_id] = [(p.ranges, p.values().clone()) for p in client.upload.parts]
-        self.blocks[-1][client.client_id] = client.info.get("block")
 
-    def on_client_reported(self, loop, client):
+    def on_client_reported(self, client):
         self.arrived[-1][client.client_id] = [(p.channel, p.ranges, p.values().clone(), p.nbytes)
                                               for p in client.upload.parts]
 
@@ -44,7 +43,7 @@ def lenet_round(algorithm, clients=2, **hp):
     y = torch.arange(6 * clients) % 10
     parts = [torch.arange(6 * i, 6 * i + 6) for i in range(clients)]
     datamodule = FederatedDataModule.from_tensors(DataSplit(x, y, x[:4], y[:4], 10), parts)
-    module = FederatedModule(LeNet5(), algorithm=algorithm, clients_per_round=clients, batch_size=6, **hp)
+    module = fl_module(LeNet5(), algorithm=algorithm, clients_per_round=clients, batch_size=6, **hp)
     uploads = Uploads()
     make_trainer(1, callbacks=[uploads]).fit(module, datamodule)
     return module, uploads
@@ -76,14 +75,15 @@ def test_exact_upload_bytes_on_lenet5(algorithm, hp, per_client):
 
 def test_qsgd_on_fedbcgd_blocks_counts_each_clients_block():
     module, uploads = lenet_round("fedbcgd_qsgd", clients=5)
+    (mask,) = [cb for cb in module.loop.callbacks if isinstance(cb, BlockUploadMask)]
     expected = 0
-    for client, block in uploads.blocks[0].items():
+    for client, block in mask.block_of.items():
         n = LENET5_BLOCKS[block] + LENET5_SHARED  # block j and the shared block, quantised as one vector
         (arrived,) = uploads.arrived[0][client]
         assert arrived[3] == qsgd_bytes(n, 255, 512)
         expected += qsgd_bytes(n, 255, 512)
     assert module.loop.comm.upload_bytes == expected
-    assert set(uploads.blocks[0].values()) == {0, 1, 2, 3}  # S = 5 ≥ N = 4: every block sent
+    assert set(mask.block_of.values()) == {0, 1, 2, 3}  # S = 5 ≥ N = 4: every block sent
 
 
 @pytest.mark.parametrize("encode", [lambda x, g: qsgd(x, 3, 16, g), lambda x, g: qsgd(x, 255, None, g),
@@ -119,11 +119,11 @@ def test_error_feedback_carries_the_residual_into_the_next_round():
     torch.manual_seed(0)
     split, parts = data()
     k = 5
-    module = FederatedModule(Tiny(), algorithm="topk", clients_per_round=4, batch_size=2, compression_k=k)
+    module = fl_module(Tiny(), algorithm="topk", clients_per_round=4, batch_size=2, compression_k=k)
     uploads = Uploads()
     make_trainer(2, callbacks=[uploads]).fit(module, FederatedDataModule.from_tensors(split, parts))
     (compression,) = [cb for cb in module.loop.callbacks if isinstance(cb, CompressedUpload)]
-    assert compression.error_feedback
+    assert compression.codec.error_feedback
     for client in range(4):
         (ranges, first), = uploads.raw[0][client]
         kept = first.abs().topk(k).indices
@@ -142,7 +142,7 @@ def test_error_feedback_carries_the_residual_into_the_next_round():
 def test_server_aggregates_the_decoded_messages():
     torch.manual_seed(0)
     split, parts = data()
-    module = FederatedModule(Tiny(), algorithm="fedpaq", clients_per_round=4, batch_size=2, qsgd_levels=3,
+    module = fl_module(Tiny(), algorithm="fedpaq", clients_per_round=4, batch_size=2, qsgd_levels=3,
                              qsgd_bucket_size=8)
     before = module.flat.vector.detach().clone()
     uploads = Uploads()
@@ -154,8 +154,12 @@ def test_server_aggregates_the_decoded_messages():
 
 
 def test_bad_compression_options_are_one_line():
-    with pytest.raises(ConfigError, match=r"^model.compression: unknown 'top-k'; choose one of topk, randk, qsgd, none"):
+    with pytest.raises(ConfigError, match=r"^model.compression: unknown codec 'top-k'; choose one of topk, randk, qsgd, "
+                       "none"):
         FederatedModule(Tiny(), compression="top-k")
-    with pytest.raises(ConfigError, match=r"^model.compression_k: must be > 0, got 0"):
-        FederatedModule(Tiny(), algorithm="topk", compression_k=0)
-    assert FederatedModule(Tiny(), algorithm="fedpaq", compression="none").settings.compression is None
+    with pytest.raises(ConfigError, match=r"^TopK\(k=...\): must be > 0 \(a count, or a fraction below 1\), got 0"):
+        TopK(k=0)
+    with pytest.raises(ConfigError, match=r"^QSGD\(levels=...\): must be in \[1, 16383\]"):
+        QSGD(levels=16384)
+    assert FederatedModule(Tiny(), algorithm="fedpaq", compression="none").codec is None
+    assert isinstance(FederatedModule(Tiny(), algorithm="fedpaq").codec, QSGD)

@@ -6,16 +6,19 @@ import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 
-from fl_lightning import FederatedDataModule, FederatedModule
+from fl_lightning import FederatedDataModule
+from fl_lightning.algorithms import get
 from fl_lightning.errors import ConfigError, DivergenceError
 from fl_lightning.models import MLP
-from tests.conftest import make_trainer
+from tests.conftest import fl_module, make_trainer
 
 
 def digits_run(rounds, name, algorithm="fedavgm", ckpt_path=None, callbacks=(), check_val_every_n_epoch=1, **hparams):
     torch.manual_seed(0)
-    settings = dict(clients_per_round=4, local_epochs=1, batch_size=16, lr=0.1, server_momentum=0.5)
-    module = FederatedModule(MLP(64, 10, hidden=[32]), algorithm=algorithm, **{**settings, **hparams})
+    settings = dict(clients_per_round=4, local_epochs=1, batch_size=16, lr=0.1)
+    if "server_momentum" in get(algorithm).algorithm.option_names():
+        settings["server_momentum"] = 0.5
+    module = fl_module(MLP(64, 10, hidden=[32]), algorithm=algorithm, **{**settings, **hparams})
     data = FederatedDataModule("digits", num_clients=8, dirichlet_rho=0.5, val_fraction=0.0)
     logger = CSVLogger("runs", name=name)
     checkpointing = any(isinstance(cb, ModelCheckpoint) for cb in callbacks)
@@ -82,7 +85,7 @@ def test_divergence_names_the_round():
 
 def test_bf16_mixed_local_training_keeps_fp32_state():
     torch.manual_seed(0)
-    module = FederatedModule(MLP(64, 10, hidden=[32]), algorithm="fedbcgd_plus", clients_per_round=4, batch_size=16,
+    module = fl_module(MLP(64, 10, hidden=[32]), algorithm="fedbcgd_plus", clients_per_round=4, batch_size=16,
                              lr=0.1, num_blocks=2, block_division="balanced")
     data = FederatedDataModule("digits", num_clients=8, val_fraction=0.0)
     trainer = make_trainer(3, precision="bf16-mixed")

@@ -4,7 +4,7 @@ server c, every c_i, every client's local model)."""
 import pytest
 import torch
 
-from fl_lightning.callbacks import ControlVariates
+from fl_lightning.callbacks import ControlVariates, VarianceReduction
 from tests.reference import (LAM, S, Rule, assert_params, check_assignment, check_local_models, flat_state,
                              run_library, run_reference, server_velocity)
 
@@ -18,14 +18,14 @@ CASES = {
     "fedbcgd_plus_opt2": (dict(PLUS, variance_reduction=False), Rule(momentum=LAM, controls="option2")),
     "fedbcgd_plus_opt1_svrg": (dict(PLUS, control_variate="option1"),
                                Rule(momentum=LAM, controls="option1", svrg=True)),
-    "fedbcgd_plus_opt1_keep_all": (dict(PLUS, control_variate="option1", control_keep="all", variance_reduction=False),
+    "fedbcgd_plus_opt1_keep_all": (dict(PLUS, control_variate="option1", keep="all", variance_reduction=False),
                                    Rule(momentum=LAM, controls="option1", keep_all=True)),
-    "fedbcgd_plus_paper_coefficient": (dict(PLUS, shared_control_coefficient="paper"),
+    "fedbcgd_plus_paper_coefficient": (dict(PLUS, shared_coefficient="paper"),
                                        Rule(momentum=LAM, controls="option2", svrg=True, shared_coefficient="paper")),
     # equal client sizes: weighting leaves Δ̄ unchanged, and Eq. 5's Δc sum must stay unweighted
     "fedbcgd_plus_weighted": (dict(PLUS, weighted_aggregation=True), Rule(momentum=LAM, controls="option2", svrg=True)),
     # the authors' code: server momentum 0.45 and clip 10 by default, no SVRG, keep all, EMA of c
-    "fedbcgd_plus_authors": (dict(algorithm="fedbcgd_plus", control_rule="authors", grad_clip=0.5),
+    "fedbcgd_plus_authors": (dict(algorithm="fedbcgd_plus", rule="authors", grad_clip=0.5),
                              Rule(momentum=0.45, controls="authors", keep_all=True, clip=0.5)),
     "scaffold": (dict(algorithm="scaffold"), Rule(blocks=False, controls="option2")),
 }
@@ -52,9 +52,11 @@ def test_two_rounds_match_reference(case):
 
 
 def test_authors_rule_clips_at_ten_by_default():
-    module, _, _ = run_library("fedbcgd_plus", rounds=1, control_rule="authors")
-    assert module.settings.grad_clip == 10.0 and module.settings.server_momentum == 0.45
-    assert module.settings.variance_reduction is False and module.settings.control_keep == "all"
+    module, _, _ = run_library("fedbcgd_plus", rounds=1, rule="authors")
+    assert module.loop.config.grad_clip == 10.0
+    assert module.loop.server_optimizer.param_groups[0]["momentum"] == 0.45
+    (controls,) = [cb for cb in module.loop.callbacks if isinstance(cb, ControlVariates)]
+    assert controls.keep == "all" and not any(isinstance(cb, VarianceReduction) for cb in module.loop.callbacks)
 
 
 def test_upload_counts_on_tiny_model():

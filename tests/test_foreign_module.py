@@ -32,10 +32,10 @@ class CountClients(FLCallback):
         self.clients_seen = []
         self.steps = 0
 
-    def on_client_start(self, loop, client):
+    def on_client_start(self, client):
         self.clients_seen.append(client.client_id)
 
-    def on_local_step_end(self, loop, client):
+    def on_local_step_end(self, client):
         self.steps += 1
 
     def state_dict(self):

@@ -62,7 +62,7 @@ def test_own_logs_validation_and_hparams_reach_the_run():
         assert 1.0 <= float(row["mine/batch"]) <= 16.0
         # the network's validation_step ran on the global model: its error is 1 − fl-lightning's val/acc
         assert float(row["mine/val_error"]) == pytest.approx(1 - float(row["val/acc"]), abs=0.02)
-    assert hparams["network/hidden"] == 24 and hparams["algorithm"] == "fedavg"
+    assert hparams["network/hidden"] == 24 and hparams["algorithm"]["class_path"] == "fl_lightning.algorithms.fedavg.FedAvg"
     assert isinstance(module.loop.optimizer, torch.optim.SGD)
     # after the run the module's own self.log is its own again
     assert "log" not in vars(module.net) and "log_dict" not in vars(module.net)

@@ -11,9 +11,9 @@ from sklearn.datasets import load_digits
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from fl_lightning import FederatedDataModule, FederatedModule
+from fl_lightning import FederatedDataModule
 from fl_lightning.callbacks.base import FLCallback
-from tests.conftest import make_trainer
+from tests.conftest import fl_module, make_trainer
 
 
 class SmallConvNet(nn.Module):
@@ -52,7 +52,7 @@ CONFIGS = {
 
 def conv_run(rounds, name, ckpt_path=None, callbacks=(), **hparams):
     torch.manual_seed(0)
-    module = FederatedModule(SmallConvNet(), clients_per_round=4, batch_size=16, lr=0.05, **hparams)
+    module = fl_module(SmallConvNet(), clients_per_round=4, batch_size=16, lr=0.05, **hparams)
     train, test = digit_images()
     data = FederatedDataModule.from_datasets(train, test, num_clients=8, dirichlet_rho=0.5, val_fraction=0.0)
     logger = CSVLogger("runs", name=name)
@@ -82,9 +82,9 @@ class FirstStepGradient(FLCallback):
     def __init__(self):
         self.first = {}
 
-    def on_local_step_end(self, loop, client):
-        if client.position not in self.first:
-            self.first[client.position] = (loop.flat.grad.clone(), loop.full_gradient(client).clone())
+    def on_local_step_end(self, client):
+        if client.task.position not in self.first:
+            self.first[client.task.position] = (client.grad.clone(), client.full_gradient().clone())
 
 
 def test_svrg_sees_the_same_dropout_mask_and_augmentation_at_both_points():
@@ -92,7 +92,7 @@ def test_svrg_sees_the_same_dropout_mask_and_augmentation_at_both_points():
     if both minibatch gradients used the same crop, flip and dropout mask."""
     recorder = FirstStepGradient()
     torch.manual_seed(0)
-    module = FederatedModule(SmallConvNet(), algorithm="fedbcgd_plus", num_blocks=2, clients_per_round=4,
+    module = fl_module(SmallConvNet(), algorithm="fedbcgd_plus", num_blocks=2, clients_per_round=4,
                              batch_size=16, lr=0.05, weight_decay=0.0, variance_reduction=True)
     train, test = digit_images()
     data = FederatedDataModule.from_datasets(train, test, num_clients=8, dirichlet_rho=0.5, val_fraction=0.0)
@@ -114,7 +114,7 @@ class GlobalRngWatch(pl.Callback):
 def test_a_round_leaves_the_global_rng_untouched():
     watch = GlobalRngWatch()
     torch.manual_seed(0)
-    module = FederatedModule(SmallConvNet(), algorithm="fedbcgd_plus", num_blocks=2, clients_per_round=4,
+    module = fl_module(SmallConvNet(), algorithm="fedbcgd_plus", num_blocks=2, clients_per_round=4,
                              batch_size=16, lr=0.05, control_variate="option1")
     train, test = digit_images()
     data = FederatedDataModule.from_datasets(train, test, num_clients=8, val_fraction=0.0)

@@ -52,8 +52,8 @@ def test_known_options_are_the_constructors_arguments():
         assert known[group] == set(inspect.signature(cls).parameters) | {"help"}
 
 
-def test_blocks_builds_the_network_without_lightning(tmp_path):
-    quickstart = str(__import__("pathlib").Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml")
-    line, run = imported(["blocks", "--config", quickstart, "--model.num_blocks", "3"], tmp_path)
-    assert line == "HEAVY ['torch'] 0"
-    assert "N = 3" in run.stdout and "shared   head" in run.stdout
+def test_an_option_that_moved_into_the_algorithm_answers_without_importing_torch(tmp_path):
+    line, run = imported(["fit", "--model.num_blocks", "3"], tmp_path)
+    assert line == "HEAVY [] 2"
+    assert run.stderr.strip().startswith("fl-lightning: error: --model.num_blocks: moved to "
+                                         "--model.algorithm.num_blocks V (fedbcgd*)")

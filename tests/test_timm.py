@@ -50,7 +50,8 @@ def test_bad_names_and_files_are_config_errors(tmp_path):
 
 
 def test_timm_model_is_fed_its_own_input_config():
-    from fl_lightning import FederatedDataModule, FederatedModule
+    from fl_lightning import FederatedDataModule
+    from tests.conftest import fl_module
 
     images = torch.randint(0, 256, (30, 3, 8, 8), dtype=torch.uint8)
     labels = torch.arange(30) % 3
@@ -62,7 +63,7 @@ def test_timm_model_is_fed_its_own_input_config():
 
     vit = TimmModel(name="vit_tiny_patch16_224", num_classes=3, img_size=16, patch_size=8)
     dm = data()
-    FederatedModule(vit, clients_per_round=2).check_compatible(dm)
+    fl_module(vit, clients_per_round=2).check_compatible(dm)
     transform = dm.split.eval_transform
     assert (transform.mean, transform.std, transform.interpolation) == ((0.5,) * 3, (0.5,) * 3, "bicubic")
     assert transform.image_size == 16 and dm.eval_transform(images[:2]).shape == (2, 3, 16, 16)
@@ -70,5 +71,5 @@ def test_timm_model_is_fed_its_own_input_config():
     own.setup()
     mean = own.split.eval_transform.mean
     plain = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 3))
-    FederatedModule(plain, clients_per_round=2).check_compatible(own)
+    fl_module(plain, clients_per_round=2).check_compatible(own)
     assert own.split.eval_transform.mean == mean and own.split.eval_transform.image_size is None

@@ -9,9 +9,9 @@ import math
 import torch
 from torch import nn
 
-from fl_lightning import FederatedDataModule, FederatedModule
+from fl_lightning import FederatedDataModule
 from fl_lightning.data import DataSplit
-from tests.conftest import make_trainer
+from tests.conftest import fl_module, make_trainer
 
 X = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
 Y = torch.tensor([0, 1])
@@ -20,7 +20,7 @@ Y = torch.tensor([0, 1])
 def run(algorithm: str, rounds: int, **hparams):
     net = nn.Linear(2, 2, bias=False)
     nn.init.zeros_(net.weight)
-    module = FederatedModule(net, algorithm=algorithm, clients_per_round=2, local_epochs=1, batch_size=1,
+    module = fl_module(net, algorithm=algorithm, clients_per_round=2, local_epochs=1, batch_size=1,
                              lr=0.1, lr_decay=0.5, weight_decay=0.0, **hparams)
     data = FederatedDataModule.from_tensors(DataSplit(X, Y, X, Y, 2), [torch.tensor([0]), torch.tensor([1])])
     make_trainer(rounds).fit(module, data)

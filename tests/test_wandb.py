@@ -7,16 +7,16 @@ import time
 import torch
 from pytorch_lightning.loggers import WandbLogger
 
-from fl_lightning import FederatedDataModule, FederatedModule
+from fl_lightning import FederatedDataModule
 from fl_lightning.models import MLP
-from tests.conftest import make_trainer
+from tests.conftest import fl_module, make_trainer
 from tests.wandb_records import history_rows, read_records
 
 
 def test_wandb_offline_run_files():
     assert os.environ["WANDB_MODE"] == "offline"
     torch.manual_seed(0)
-    module = FederatedModule(MLP(64, 10, hidden=[32]), algorithm="fedavgm", clients_per_round=4, batch_size=16,
+    module = fl_module(MLP(64, 10, hidden=[32]), algorithm="fedavgm", clients_per_round=4, batch_size=16,
                              server_momentum=0.5)
     data = FederatedDataModule("digits", num_clients=8)
     logger = WandbLogger(project="fl-test", save_dir=".", offline=True)
@@ -77,7 +77,7 @@ def test_cli_wandb_run_name_group_and_full_config():
         config = {item.key: item.value_json for r in records if r.WhichOneof("record_type") == "config"
                   for item in r.config.update}
         assert {"model", "data", "trainer", "seed_everything"} <= set(config)
-        assert json.loads(config["model"])["algorithm"] == "fedavgm" and json.loads(config["data"])["dirichlet_rho"] == 0.5
+        assert json.loads(config["model"])["algorithm"]["class_path"].endswith(".FedAvgM") and json.loads(config["data"])["dirichlet_rho"] == 0.5
         assert names[-1].endswith(f"seed{json.loads(config['seed_everything'])}")  # the run's own seed
         assert os.path.exists(f"{run_dir}/files/config.yaml") and os.path.exists(f"{run_dir}/files/partition.csv")
     assert sorted(names) == ["quickstart-fedavgm-seed0", "quickstart-fedavgm-seed1"]  # dirs sort by time, then id

@@ -56,3 +56,18 @@ def main(args: list[str]) -> int:
     print("\none algorithm's options: fl-lightning algorithms NAME; use: --model.algorithm NAME "
           "--model.algorithm.OPTION VALUE")
     return 0
+
+
+def markdown_table() -> str:
+    """The README's algorithm table, made from the registry (tests/test_algorithm_api.py keeps them equal)."""
+    rows = ["| name | what it is | class | options (`--model.algorithm.OPTION`) | upload per client and round |",
+            "| --- | --- | --- | --- | --- |"]
+    for name, entry in REGISTRY.items():
+        cls = entry.algorithm
+        where = f"`{cls.__name__}` ({cls.__module__.rsplit('.', 1)[-1]}.py)"
+        if entry.codec:
+            where += f" + `--model.compression {entry.codec}`"
+        options = ", ".join(f"`{option}`" for option in cls.option_names()) or "—"
+        upload = entry.upload.replace("|", "\\|")
+        rows.append(f"| `{name}` | {entry.summary} | {where} | {options} | {upload} |")
+    return "\n".join(rows)
