@@ -40,6 +40,16 @@ def load_weights_only(path, map_location=None, **kwargs) -> Any:
         raise refusal(path, err) from None
 
 
+def refuse_before_algorithm_objects(checkpoint: dict, path) -> None:
+    """Checkpoints written before algorithms became typed objects name the algorithm as a string, with
+    its options among the module's: refused in one line."""
+    algorithm = (checkpoint.get("hyper_parameters") or {}).get("algorithm")
+    if isinstance(algorithm, str):
+        raise ConfigError("ckpt_path", f"{os.fspath(path)!r} was written before algorithms became typed objects "
+                          f"(model.algorithm {algorithm!r} with flat options); resume it with the fl-lightning version "
+                          "that wrote it, or start a new run")
+
+
 def refusal(path, err: pickle.UnpicklingError) -> ConfigError:
     """The one line for a checkpoint that ``weights_only=True`` would not unpickle."""
     detail = next((line.strip() for line in str(err).splitlines() if "GLOBAL" in line or "Unsupported" in line),

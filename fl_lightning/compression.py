@@ -144,42 +144,36 @@ class Codec:
         return dict(vars(self))
 
 
-def _check_k(owner: str, k: float) -> None:
-    if not k > 0:
-        raise ConfigError(f"{owner}(k=...)", f"must be > 0 (a count, or a fraction below 1), got {k}")
-
-
-class TopK(Codec):
-    """Top-k (Aji & Heafield 2017): the k largest-magnitude entries, int32 indices + fp32 values.
+class SparseCodec(Codec):
+    """k of the n entries, sent as int32 indices + fp32 values (TopK, RandK).
 
     Args:
         k: entries kept, a count (≥ 1) or a fraction of the uploaded entries (< 1).
         error_feedback: add the client's last compression error to its next upload.
     """
 
+    def __init__(self, k: float = 0.1, error_feedback: bool = False):
+        if not k > 0:
+            raise ConfigError(f"{type(self).__name__}(k=...)", f"must be > 0 (a count, or a fraction below 1), got {k}")
+        self.k, self.error_feedback = k, error_feedback
+
+
+class TopK(SparseCodec):
+    """Top-k (Aji & Heafield 2017): the k largest-magnitude entries; error feedback on by default."""
+
     name = "topk"
 
     def __init__(self, k: float = 0.1, error_feedback: bool = True):
-        _check_k("TopK", k)
-        self.k, self.error_feedback = k, error_feedback
+        super().__init__(k, error_feedback)
 
     def encode(self, values, generator):
         return topk(values, self.k)
 
 
-class RandK(Codec):
-    """rand-k (Sattler et al. 2019): k uniformly random entries scaled by n/k (unbiased).
-
-    Args:
-        k: entries kept, a count (≥ 1) or a fraction of the uploaded entries (< 1).
-        error_feedback: add the client's last compression error to its next upload.
-    """
+class RandK(SparseCodec):
+    """rand-k (Sattler et al. 2019): k uniformly random entries scaled by n/k, so decoding is unbiased."""
 
     name = "randk"
-
-    def __init__(self, k: float = 0.1, error_feedback: bool = False):
-        _check_k("RandK", k)
-        self.k, self.error_feedback = k, error_feedback
 
     def encode(self, values, generator):
         return randk(values, self.k, generator)

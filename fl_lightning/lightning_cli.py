@@ -26,7 +26,7 @@ from lightning_fabric.utilities.exceptions import MisconfigurationException
 from fl_lightning.algorithms import algorithms_with
 from fl_lightning.algorithms.names import algorithm_name, expand_args, load_yaml
 from fl_lightning.blocks import partition_for
-from fl_lightning.checkpoint_io import load_weights_only
+from fl_lightning.checkpoint_io import load_weights_only, refuse_before_algorithm_objects
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.errors import ConfigError, FLUserError, check_unchanged
 from fl_lightning.models.timm_models import architecture_only
@@ -209,7 +209,10 @@ class FederatedCLI(LightningCLI):
                 print(f"fl-lightning: resuming from {newest}")
                 config["ckpt_path"] = newest
         self.checkpoint = check_checkpoint(config.get("ckpt_path"))
-        if self.checkpoint is None or self.config.subcommand != "fit":
+        if self.checkpoint is None:
+            return
+        refuse_before_algorithm_objects(self.checkpoint, config.get("ckpt_path"))
+        if self.config.subcommand != "fit":
             return
         check_unchanged("seed_everything", config["seed_everything"], self.checkpoint.get("federated", {}).get("seed"))
         saved = {"model": self.checkpoint.get("hyper_parameters", {}),

@@ -25,7 +25,8 @@ from torch import nn
 from fl_lightning.algorithms import REGISTRY, Algorithm
 from fl_lightning.blocks import partition_for
 from fl_lightning.callbacks import CompressedUpload, FLCallback
-from fl_lightning.checkpoint_io import install as install_safe_checkpoint_io, refusal as checkpoint_refusal
+from fl_lightning.checkpoint_io import (install as install_safe_checkpoint_io, load_weights_only,
+                                       refusal as checkpoint_refusal, refuse_before_algorithm_objects)
 from fl_lightning.client_state import ClientStateStore, open_store
 from fl_lightning.compression import Codec
 from fl_lightning.distributed import Collective
@@ -147,6 +148,8 @@ class FederatedModule(pl.LightningModule):
         if weights_only is not True:
             raise ConfigError("weights_only", "fl-lightning loads checkpoints with weights_only=True only")
         try:
+            refuse_before_algorithm_objects(load_weights_only(checkpoint_path, map_location="cpu", mmap=True),
+                                            checkpoint_path)
             return super().load_from_checkpoint(checkpoint_path, map_location, hparams_file, strict, True, **kwargs)
         except pickle.UnpicklingError as err:
             raise checkpoint_refusal(checkpoint_path, err) from None

@@ -25,6 +25,8 @@ from typing import Optional
 
 import yaml
 
+from fl_lightning.errors import ConfigError
+
 IGNORED = ("seed_everything", "ckpt_path", "config", "trainer.logger", "trainer.callbacks", "trainer.enable_progress_bar")
 
 
@@ -100,6 +102,13 @@ def summarise(curve: list[dict], target: float, window: int, budgets: list[float
     return summary
 
 
+def setting_label(key: str, value) -> str:
+    """``server_momentum=0.8``; a class path as its owner and class name: ``algorithm=FedBCGD``."""
+    if key.endswith(".class_path"):
+        return f"{key.split('.')[-2]}={str(value).rsplit('.', 1)[-1]}"
+    return f"{key.split('.')[-1]}={value}"
+
+
 def group_runs(runs: dict[Path, Optional[dict]], by_dir: bool = False) -> dict[str, list[Path]]:
     """Label → runs: the settings that differ between runs (the seed and logging aside), or with
     ``by_dir`` the run directory's name without its seed (``seed_everything=N``)."""
@@ -119,7 +128,7 @@ def group_runs(runs: dict[Path, Optional[dict]], by_dir: bool = False) -> dict[s
         if settings is None:
             label = run.name
         else:
-            label = ", ".join(f"{k.split('.')[-1]}={settings.get(k)}" for k in differing) or run.parent.name
+            label = ", ".join(setting_label(k, settings.get(k)) for k in differing) or run.parent.name
         groups.setdefault(label, []).append(run)
     return groups
 
@@ -233,8 +242,6 @@ def plot(curves: dict[str, list[list[dict]]], out: Path, target: float, title: s
 
 
 def main(args: list[str]) -> int:
-    from fl_lightning.errors import ConfigError
-
     parser = argparse.ArgumentParser(prog="fl-lightning report", description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run directories, or folders holding them")
     parser.add_argument("--target", type=float, required=True, help="target val/acc, e.g. 0.7")

@@ -9,18 +9,21 @@ from fl_lightning.algorithms import REGISTRY, get
 
 
 def option_help(cls: type) -> dict[str, str]:
-    """``name → one line`` from the ``Args:`` section of the class docstring."""
-    doc = inspect.getdoc(cls) or ""
-    args = doc.split("Args:", 1)[1] if "Args:" in doc else ""
+    """``name → one line`` from the ``Args:`` sections of the class's docstring and its bases' (the
+    first class that describes an option wins: a subclass documents only what it changes)."""
     lines: dict[str, str] = {}
-    current = None
-    for line in args.splitlines():
-        match = re.match(r"\s{0,4}(\w+): (.*)", line)
-        if match:
-            current = match.group(1)
-            lines[current] = match.group(2).strip()
-        elif current and line.strip():
-            lines[current] += " " + line.strip()
+    for owner in cls.__mro__:
+        doc = owner.__dict__.get("__doc__") or ""
+        args = doc.split("Args:", 1)[1] if "Args:" in doc else ""
+        current = None
+        for line in inspect.cleandoc(args).splitlines() if args else []:
+            match = re.match(r"(\w+): (.*)", line)
+            if match:
+                current = match.group(1) if match.group(1) not in lines else None
+                if current:
+                    lines[current] = match.group(2).strip()
+            elif current and line.strip():
+                lines[current] += " " + line.strip()
     return lines
 
 

@@ -69,13 +69,7 @@ class FedAdam(Algorithm):
 
 @register("fedyogi")
 class FedYogi(FedAdam):
-    """FedYogi: as FedAdam, with Yogi's second moment v ← v − (1−β2) g² sign(v − g²).
-
-    Args:
-        server_lr: η, the server step.
-        betas: (β1, β2), the moment decays, each in [0, 1).
-        tau: τ > 0, the adaptivity constant (v starts at τ²).
-    """
+    """FedYogi: as FedAdam (the same options), with Yogi's second moment v ← v − (1−β2) g² sign(v − g²)."""
 
     summary = "FedAvg with a Yogi server step (Reddi et al. 2020)"
     step = FedYogiStep

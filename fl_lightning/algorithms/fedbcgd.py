@@ -60,15 +60,7 @@ class FedBCGD(Algorithm):
 
 @register("fedbcgd_freezing")
 class FedBCGDFreezing(FedBCGD):
-    """FedBCGD ablation: a client trains only its own block and the shared block.
-
-    Args:
-        num_blocks: N, parameter blocks; default: the paper's division for the model, else 5.
-        block_division: ``auto``, ``balanced``, or ``{blocks: [[patterns]], shared: [patterns]}``.
-        shared_block: keep a shared block uploaded by every client.
-        server_lr: η_g, the server step.
-        server_momentum: λ, block momentum in [0, 1).
-    """
+    """FedBCGD ablation: a client trains only its own block and the shared block (options as FedBCGD)."""
 
     summary = "FedBCGD ablation: train only the own block + shared"
     upload = "≈ d/N"
@@ -77,13 +69,10 @@ class FedBCGDFreezing(FedBCGD):
 
 @register("fedbcgd_plus")
 class FedBCGDPlus(FedBCGD):
-    """FedBCGD+: FedBCGD with block control variates (Eq. 5) and SVRG (Eq. 4).
+    """FedBCGD+: FedBCGD with block control variates (Eq. 5) and SVRG (Eq. 4); the block options and
+    server_lr as FedBCGD.
 
     Args:
-        num_blocks: N, parameter blocks; default: the paper's division for the model, else 5.
-        block_division: ``auto``, ``balanced``, or ``{blocks: [[patterns]], shared: [patterns]}``.
-        shared_block: keep a shared block uploaded by every client.
-        server_lr: η_g, the server step.
         server_momentum: λ, block momentum in [0, 1) (default 0.8; 0.45 with rule authors).
         control_variate: the c_i refresh, ``option2`` (default) or ``option1``.
         keep: what a client stores of its refreshed c_i: ``uploaded`` slices (default; ``all`` with rule authors).

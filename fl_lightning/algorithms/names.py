@@ -14,7 +14,7 @@ from fl_lightning.algorithms import REGISTRY, get
 from fl_lightning.compression import CODECS
 from fl_lightning.errors import ConfigError
 
-ALGORITHM, COMPRESSION = "--model.algorithm", "--model.compression"
+ALGORITHM, COMPRESSION, HELP = "--model.algorithm", "--model.compression", "--model.algorithm.help"
 
 
 def class_path(cls: type) -> str:
@@ -41,7 +41,7 @@ def expand_args(args: list[str]) -> list[str]:
     while index < len(args):
         arg = args[index]
         key, inline, value = arg.partition("=")
-        if not inline and key in (ALGORITHM, COMPRESSION) and index + 1 < len(args):
+        if not inline and key in (ALGORITHM, COMPRESSION, HELP) and index + 1 < len(args):
             value, index = args[index + 1], index + 1
         index += 1
         if key == ALGORITHM and _is_name(value):
@@ -49,9 +49,11 @@ def expand_args(args: list[str]) -> list[str]:
             out += [ALGORITHM, class_path(entry.algorithm)]
             if not gives_compression:
                 out += [COMPRESSION, codec_path(entry.codec) or "null"]
+        elif key == HELP and _is_name(value):  # jsonargparse's option list of one class
+            out += [HELP, class_path(get(value).algorithm)]
         elif key == COMPRESSION and _is_name(value):
             out += [COMPRESSION, codec_path(value) or "null"]
-        elif key in (ALGORITHM, COMPRESSION) and (inline or value):
+        elif key in (ALGORITHM, COMPRESSION, HELP) and (inline or value):
             out += [key, value]
         else:
             out.append(arg)

@@ -13,6 +13,7 @@ import torch
 
 from fl_lightning.data.image_datasets import (check_image_folder, check_tiny_imagenet, load_cifar, load_emnist,
                                               load_image_folder, load_tiny_imagenet)
+from fl_lightning.data.own import dataset_class
 from fl_lightning.data.split import DataOptions, DataSplit
 from fl_lightning.errors import ConfigError
 
@@ -107,8 +108,6 @@ CHECKS: dict[str, Callable[[DataOptions], None]] = {"mnist": check_mnist, "image
 def check_name(name: str) -> None:
     """A built-in name, or the class path of a torchvision-style data set (imported to check it)."""
     if "." in name:
-        from fl_lightning.data.own import dataset_class
-
         dataset_class(name)
     elif name not in DATASETS:
         raise ConfigError("data.dataset", f"unknown data set {name!r}; choose one of {', '.join(sorted(DATASETS))}, "

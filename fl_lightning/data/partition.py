@@ -17,12 +17,12 @@ from typing import Optional
 import numpy as np
 import torch
 
+from fl_lightning.errors import ConfigError
+
 
 def _client_size(num_samples: int, num_clients: int, samples_per_client: Optional[int]) -> int:
     n = num_samples // num_clients if samples_per_client is None else samples_per_client
     if n < 1 or n * num_clients > num_samples:
-        from fl_lightning.errors import ConfigError
-
         raise ConfigError(
             "data.samples_per_client",
             f"{num_clients} clients × {n} samples needs {num_clients * max(n, 1)} but the data set has "
