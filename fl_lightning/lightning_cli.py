@@ -31,6 +31,7 @@ from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.errors import ConfigError, FLUserError, check_unchanged
 from fl_lightning.models.timm_models import architecture_only
 from fl_lightning.options import moved
+from fl_lightning.run_identity import ID_LINE, TAKES_EFFECT_AT_RESUME, names_its_logger, run_id, run_label
 from fl_lightning.module import FederatedModule, run_dirs
 from fl_lightning.progress import RoundProgressBar
 
@@ -41,9 +42,6 @@ TRAINER_DEFAULTS = {
     "logger": {"class_path": "pytorch_lightning.loggers.CSVLogger", "init_args": {"save_dir": "runs", "name": "fl"}},
 }
 CKPT_ALIASES = {"last", "best", "hpc", "registry"}
-# Model options a resumed run may change: they steer when to stop, evaluate or test, not the algorithm.
-TAKES_EFFECT_AT_RESUME = {"max_upload_d", "target_accuracy", "test_every_n_rounds", "eval_train_objective",
-                          "eval_every_d"}
 
 
 def check_checkpoint(path: Optional[str]) -> Optional[dict]:
@@ -66,10 +64,10 @@ def check_checkpoint(path: Optional[str]) -> Optional[dict]:
                       "by fl-lightning fit")
 
 
-def newest_checkpoint(trainer_config) -> Optional[str]:
-    """``ckpt_path: last``: the newest checkpoint that any earlier run of this logger wrote
-    (<save_dir>/<name>/<version>/checkpoints/*.ckpt), so a killed run resumes with the same command
-    plus ``--ckpt_path last``. None if there is none (Lightning then looks for its own last.ckpt)."""
+def newest_checkpoint(trainer_config, identity: str) -> Optional[str]:
+    """``ckpt_path: last``: the newest checkpoint that an earlier piece of this same run wrote
+    (<save_dir>/<name>/<version>/checkpoints/*.ckpt with run id ``identity``), so a killed run resumes
+    with the same command plus ``--ckpt_path last``; None if there is none."""
     loggers = trainer_config.get("logger")
     found = []
     for logger in loggers if isinstance(loggers, list) else [loggers]:
@@ -79,7 +77,14 @@ def newest_checkpoint(trainer_config) -> Optional[str]:
         name = init_args.get("project" if logger.class_path.endswith("WandbLogger") else "name") or "lightning_logs"
         root = os.path.join(init_args.get("save_dir") or ".", str(name))
         found += glob.glob(os.path.join(glob.escape(root), "*", "checkpoints", "*.ckpt"))
-    return max(found, key=os.path.getmtime, default=None)
+    for path in sorted(found, key=os.path.getmtime, reverse=True):
+        try:
+            checkpoint = load_weights_only(path, map_location="cpu", mmap=True)
+        except Exception:  # a half-written or foreign file is not this run's
+            continue
+        if (checkpoint.get("federated") or {}).get("run_id") == identity:
+            return path
+    return None
 
 
 def check_same_network(checkpoint: dict, model: FederatedModule) -> None:
@@ -106,8 +111,12 @@ class SaveRunConfig(SaveConfigCallback):
 
     def save_config(self, trainer, pl_module, stage) -> None:
         for run_dir in run_dirs(trainer):
-            self.parser.save(self.config, os.path.join(run_dir, self.config_filename), skip_none=False,
-                             overwrite=True, multifile=False)
+            path = os.path.join(run_dir, self.config_filename)
+            self.parser.save(self.config, path, skip_none=False, overwrite=True, multifile=False)
+            with open(path) as f:
+                text = f.read()
+            with open(path, "w") as f:  # the run's id first: report joins a run's pieces by it
+                f.write(f"{ID_LINE}{pl_module.run_id}\n{text}")
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
                 logger.experiment.config.update(self.config.clone().as_dict(), allow_val_change=True)
@@ -150,6 +159,7 @@ class FederatedCLI(LightningCLI):
 
     def __init__(self, args=None, run: bool = True):
         args = expand_args(list(sys.argv[1:] if args is None else args))
+        self._given_args, self.run_id = args, None
         warnings.filterwarnings("ignore", message=r"LightningCLI's args parameter is intended")  # args are explicit
         super().__init__(FederatedModule, FederatedDataModule, trainer_defaults=TRAINER_DEFAULTS,
                          seed_everything_default=0, save_config_callback=SaveRunConfig,
@@ -203,11 +213,14 @@ class FederatedCLI(LightningCLI):
         if not self.config.get("subcommand"):
             return
         config = self.config[self.config.subcommand]
+        self.name_the_run(config)
         if config.get("ckpt_path") == "last" and self.config.subcommand == "fit":
-            newest = newest_checkpoint(config.get("trainer") or {})
+            newest = newest_checkpoint(config.get("trainer") or {}, self.run_id)
             if newest is not None:
                 print(f"fl-lightning: resuming from {newest}")
-                config["ckpt_path"] = newest
+            else:
+                print(f"fl-lightning: no checkpoint of this run (run id {self.run_id}) to resume; starting it at round 1")
+            config["ckpt_path"] = newest
         self.checkpoint = check_checkpoint(config.get("ckpt_path"))
         if self.checkpoint is None:
             return
@@ -221,6 +234,21 @@ class FederatedCLI(LightningCLI):
             for key, old in options.items():
                 if key in config[group] and key not in TAKES_EFFECT_AT_RESUME:
                     check_unchanged(f"{group}.{key}", plain(config[group][key]), plain(old))
+
+    def name_the_run(self, config) -> None:
+        """The run's id, and its directory ``<name>/<label>`` for CSV/TensorBoard loggers (fl_lightning.run_identity)."""
+        settings = config.clone().as_dict()
+        self.run_id = run_id(settings)
+        if names_its_logger(self._given_args):
+            return
+        label = run_label(settings, algorithm_name(settings["model"].get("algorithm"),
+                                                   settings["model"].get("compression")), self._given_args)
+        if self.config.subcommand != "fit":
+            label = f"{label}/{self.config.subcommand}"
+        loggers = (config.get("trainer") or {}).get("logger")
+        for logger in loggers if isinstance(loggers, list) else [loggers]:
+            if getattr(logger, "class_path", "").rsplit(".", 1)[-1] in ("CSVLogger", "TensorBoardLogger"):
+                logger.init_args["name"] = f"{logger.init_args.get('name') or 'lightning_logs'}/{label}"
 
     def _check(self) -> None:  # the checkpoint was already read in _parse_ckpt_path
         config = self.config_init[self.subcommand]
@@ -236,6 +264,7 @@ class FederatedCLI(LightningCLI):
 
     def before_fit(self) -> None:
         self._check()
+        self.model.run_id = self.run_id
 
     def before_validate(self) -> None:
         self._check()

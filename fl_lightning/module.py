@@ -122,6 +122,7 @@ class FederatedModule(pl.LightningModule):
         self.loop: Optional[FederatedLoop] = None
         self.client_state: Optional[ClientStateStore] = None  # c_i, h_i, e_i of every client, on disk
         self.upload_d_at_target: Optional[float] = None
+        self.run_id: Optional[str] = None  # set by the CLI (fl_lightning.run_identity); in every checkpoint
         self._restored: Optional[dict] = None
         self._val_sums: list[torch.Tensor] = []
         self._val_metrics: dict[str, float] = {}
@@ -381,7 +382,7 @@ class FederatedModule(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint):
         checkpoint["federated"] = {"comm": self.loop.comm.state_dict() if self.loop else None,
                                    "upload_d_at_target": self.upload_d_at_target, "curve": self._curve,
-                                   "seed": run_seed(), "eval_mark": self._eval_mark,
+                                   "seed": run_seed(), "eval_mark": self._eval_mark, "run_id": self.run_id,
                                    "client_state": self.client_state.state_dict() if self.client_state else None}
 
     def on_load_checkpoint(self, checkpoint):

@@ -1,9 +1,12 @@
 """``fl-lightning report RUNS... --target ACC [--out PREFIX]``: runs → the paper's tables and plots.
 
-A run is a directory with ``version_N/metrics.csv`` (a resumed run writes several versions: they
-are read as one curve, a later version's row replacing an earlier one's for the same round).
-Runs are grouped by every setting in their ``config.yaml`` that differs between them, except the
-seed; per group: mean ± sample std over seeds of the final and best val/acc and of the floats
+A run is a directory with ``version_N/metrics.csv``, or one ``version_N`` directory given itself.
+A resumed run writes several versions: they are read as one curve (a later version's row
+replacing an earlier one's for the same round) only when they are the same run — the same run id
+at the top of their config.yaml (fl_lightning.run_identity; for older runs, the same settings);
+otherwise the report stops with one line naming them. validate/test outputs (no rounds) are
+ignored and named. Runs are grouped by every model and data setting in their ``config.yaml``
+that differs between them, except the seed; per group: mean ± sample std over seeds of the final and best val/acc and of the floats
 to reach the target, as Markdown, CSV and LaTeX (groups as rows, the paper's "acc ± std (d)"),
 and a PNG of val/acc against comm/upload_d — mean line, band of ± one std over seeds.
 
@@ -26,24 +29,54 @@ from typing import Optional
 import yaml
 
 from fl_lightning.errors import ConfigError
+from fl_lightning.run_identity import read_run_id, run_id
 
-IGNORED = ("seed_everything", "ckpt_path", "config", "trainer.logger", "trainer.callbacks", "trainer.enable_progress_bar")
+IGNORED = ("model.max_upload_d", "model.target_accuracy", "model.test_every_n_rounds", "model.eval_every_d",
+           "model.eval_train_objective")  # settings that may change at resume: not what a run is
 
 
-def find_runs(paths: list[Path]) -> list[Path]:
-    """Every directory under ``paths`` that holds version_N/metrics.csv."""
-    found = set()
+def _version_number(path: Path) -> int:
+    return int(path.name.split("_")[1]) if path.name.split("_")[-1].isdigit() else -1
+
+
+def is_fit(version: Path) -> bool:
+    """A fit's metrics.csv logs rounds; validate/test outputs do not."""
+    with open(version / "metrics.csv") as f:
+        return "round" in f.readline().split(",")
+
+
+def find_runs(paths: list[Path]) -> tuple[dict[Path, list[Path]], list[str]]:
+    """Every run under ``paths`` (a folder of version_N/ pieces, or one version_N/ given itself) → its fit
+    pieces, oldest first; and the validate/test outputs it ignored."""
+    runs: dict[Path, list[Path]] = {}
     for path in paths:
-        for metrics in sorted(path.rglob("version_*/metrics.csv")):
-            found.add(metrics.parent.parent)
-    return sorted(found)
+        pieces = [path / "metrics.csv"] if (path / "metrics.csv").is_file() else sorted(path.rglob("version_*/metrics.csv"))
+        for metrics in pieces:
+            run = metrics.parent if metrics.parent == path else metrics.parent.parent
+            runs.setdefault(run, []).append(metrics.parent)
+    ignored = [str(v) for versions in runs.values() for v in versions if not is_fit(v)]
+    runs = {run: sorted({v for v in versions if is_fit(v)}, key=_version_number) for run, versions in runs.items()}
+    return {run: versions for run, versions in sorted(runs.items()) if versions}, ignored
 
 
-def read_curve(run: Path) -> list[dict]:
+def check_one_run(run: Path, versions: list[Path]) -> None:
+    """The version_N pieces of a folder are joined only when they are one run resumed (same run id, or
+    for runs written before ids the same identity settings); otherwise one line naming them."""
+    ids = {v.name: read_run_id(v / "config.yaml") or settings_digest(v) for v in versions}
+    if len(set(ids.values())) > 1:
+        named = ", ".join(f"{name} ({identity})" for name, identity in ids.items())
+        raise ConfigError("report", f"{run} holds different runs ({named}); give their version_N folders "
+                          "separately, or move them apart")
+
+
+def settings_digest(version: Path) -> str:
+    config = version / "config.yaml"
+    return run_id(yaml.safe_load(config.read_text()) or {}) if config.is_file() else "no config.yaml"
+
+
+def read_curve(versions: list[Path]) -> list[dict]:
     by_round = {}
-    for version in sorted(run.glob("version_*"), key=lambda p: int(p.name.split("_")[1])):
-        if not (version / "metrics.csv").is_file():
-            continue
+    for version in versions:
         with open(version / "metrics.csv") as f:
             for row in csv.DictReader(f):
                 values = {k: float(v) for k, v in row.items() if k and v not in ("", None)}
@@ -52,9 +85,9 @@ def read_curve(run: Path) -> list[dict]:
     return [by_round[r] for r in sorted(by_round)]
 
 
-def read_settings(run: Path) -> Optional[dict]:
-    """The run's config.yaml (newest version) flattened to dotted keys; None when absent."""
-    configs = sorted(run.glob("version_*/config.yaml"), key=lambda p: int(p.parent.name.split("_")[1]))
+def read_settings(versions: list[Path]) -> Optional[dict]:
+    """The run's config.yaml (newest piece) flattened to dotted keys; None when absent."""
+    configs = [v / "config.yaml" for v in versions if (v / "config.yaml").is_file()]
     if not configs:
         return None
     flat: dict = {}
@@ -121,14 +154,16 @@ def group_runs(runs: dict[Path, Optional[dict]], by_dir: bool = False) -> dict[s
     keys = set()
     for settings in runs.values():
         keys |= set(settings or {})
-    keys = {k for k in keys if not any(k == i or k.startswith(i + ".") for i in IGNORED)}
+    keys = {k for k in keys if k.startswith(("model.", "data.")) and not any(k == i or k.startswith(i + ".")
+                                                                          for i in IGNORED)}
     differing = sorted(k for k in keys if len({repr((s or {}).get(k)) for s in runs.values()}) > 1)
     groups = {}
     for run, settings in runs.items():
         if settings is None:
             label = run.name
         else:
-            label = ", ".join(setting_label(k, settings.get(k)) for k in differing) or run.parent.name
+            label = ", ".join(setting_label(k, settings.get(k)) for k in differing if settings.get(k) is not None)
+            label = label or run.parent.name
         groups.setdefault(label, []).append(run)
     return groups
 
@@ -257,18 +292,22 @@ def main(args: list[str]) -> int:
             raise ConfigError("report", f"{path}: no such directory")
     budgets = [float(b) for b in options.at_d.split(",") if b]
     curves, skipped = {}, []
-    for run in find_runs(options.runs):
-        curve = read_curve(run)
+    runs, ignored = find_runs(options.runs)
+    for run, versions in runs.items():
+        check_one_run(run, versions)
+        curve = read_curve(versions)
         if not any("val/acc" in r for r in curve):
             skipped.append(f"{run}: no val/acc logged")
             continue
         curves[run] = curve
     for line in skipped:
         print(f"fl-lightning report: skipped {line}")
+    if ignored:
+        print(f"fl-lightning report: ignored {len(ignored)} validate/test output(s), not fit runs: {', '.join(ignored)}")
     if not curves:
         raise ConfigError("report", f"no run with metrics under {', '.join(map(str, options.runs))} "
                           "(a run is a folder with version_N/metrics.csv)")
-    groups = group_runs({run: read_settings(run) for run in curves}, by_dir=options.label == "dir")
+    groups = group_runs({run: read_settings(runs[run]) for run in curves}, by_dir=options.label == "dir")
     summaries = {label: [summarise(curves[r], options.target, options.window, budgets) for r in runs]
                  for label, runs in groups.items()}
     print(write_tables(table(summaries, options.target, options.window, budgets), options.out, options.target,

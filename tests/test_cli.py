@@ -24,7 +24,7 @@ def test_fit_then_validate_end_to_end():
     summary = fit.stdout.strip().splitlines()[-1]
     assert summary.startswith("fl-lightning: 3 rounds, final val/acc ") and "comm/upload_d 3.00" in summary
     run_dir = Path(summary.split("run dir ")[1])
-    assert run_dir == Path.cwd() / "runs" / "quickstart" / "version_0"
+    assert run_dir == Path.cwd() / "runs" / "quickstart" / "fedavgm,seed=0" / "version_0"  # the run says what it is
     rows = list(csv.DictReader(open(run_dir / "metrics.csv")))
     assert [r["round"] for r in rows] == ["1.0", "2.0", "3.0"]
     for key in ("val/acc", "val/loss", "train/loss", "lr", "comm/upload_d", "comm/upload_bytes", "comm/download_bytes"):
@@ -94,7 +94,7 @@ def test_bad_input_is_one_line_and_nothing_written(args, field, fix, capsys):
 
 def test_resume_with_another_network_is_one_line(capsys):
     assert main(["fit", "--config", QUICKSTART, "--trainer.max_epochs", "1", *QUIET]) == 0
-    (ckpt,) = glob.glob("runs/quickstart/version_0/checkpoints/*.ckpt")
+    (ckpt,) = glob.glob("runs/quickstart/fedavgm,seed=0/version_0/checkpoints/*.ckpt")
     capsys.readouterr()
     code = main(["fit", "--config", QUICKSTART, "--trainer.max_epochs", "2", "--ckpt_path", ckpt,
                  "--model.network.init_args.hidden", "[100, 200]", *QUIET])
@@ -102,19 +102,19 @@ def test_resume_with_another_network_is_one_line(capsys):
     assert code == 2 and len(err) == 1
     assert err[0] == ("fl-lightning: error: ckpt_path: was written by a different network (net.features.1.bias: (200,) "
                       "in the checkpoint, (100,) now); resume with the model.network it was trained with")
-    assert not os.path.exists("runs/quickstart/version_1")
+    assert not os.path.exists("runs/quickstart/fedavgm,seed=0/version_1")
 
 
 def test_resume_refuses_changed_algorithm_options_and_takes_the_sound_ones(capsys):
     assert main(["fit", "--config", QUICKSTART, "--trainer.max_epochs", "2", *QUIET]) == 0
-    (ckpt,) = glob.glob("runs/quickstart/version_0/checkpoints/*.ckpt")
+    (ckpt,) = glob.glob("runs/quickstart/fedavgm,seed=0/version_0/checkpoints/*.ckpt")
     capsys.readouterr()
     code = main(["fit", "--config", QUICKSTART, "--trainer.max_epochs", "4", "--ckpt_path", ckpt, "--model.lr", "0.05",
                  *QUIET])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and err == ["fl-lightning: error: model.lr: is 0.05 now but 0.1 in the checkpoint; resume with "
                                  "0.1, or start a new run without ckpt_path"]
-    assert not os.path.exists("runs/quickstart/version_1")
+    assert not os.path.exists("runs/quickstart/fedavgm,seed=0/version_1")
     code = main(["fit", "--config", QUICKSTART, "--ckpt_path", ckpt, "--data.dirichlet_rho", "0.1", *QUIET])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and err == ["fl-lightning: error: data.dirichlet_rho: is 0.1 now but 0.5 in the checkpoint; "
@@ -126,7 +126,7 @@ def test_resume_refuses_changed_algorithm_options_and_takes_the_sound_ones(capsy
     # max_epochs (trainer) and the upload budget (a stopping rule) take effect
     assert main(["fit", "--config", QUICKSTART, "--trainer.max_epochs", "6", "--ckpt_path", ckpt,
                  "--model.max_upload_d", "3.5", *QUIET]) == 0
-    rows = list(csv.DictReader(open("runs/quickstart/version_1/metrics.csv")))
+    rows = list(csv.DictReader(open("runs/quickstart/fedavgm,seed=0/version_1/metrics.csv")))
     assert [r["round"] for r in rows] == ["3.0", "4.0"]  # resumed after round 2, stopped by the new budget
 
 

@@ -26,14 +26,14 @@ def test_progress_bar_counts_rounds_without_epoch_or_validation_bars():
 def test_every_fit_leaves_a_png_with_the_whole_curve_after_resume():
     common = ["fit", "--config", QUICKSTART, "--trainer.enable_progress_bar", "false"]
     assert main([*common, "--trainer.max_epochs", "3"]) == 0
-    run_dir = Path("runs/quickstart/version_0")
+    run_dir = Path("runs/quickstart/fedavgm,seed=0/version_0")
     image = Image.open(run_dir / "accuracy_vs_upload_d.png")
     assert image.size == (600, 400)
     (ckpt,) = (run_dir / "checkpoints").glob("*.ckpt")
     curve = torch.load(ckpt, weights_only=True)["federated"]["curve"]
     assert [point[0] for point in curve["val"]] == [1.0, 2.0, 3.0] and [p[0] for p in curve["test"]] == [3.0]
     assert main([*common, "--trainer.max_epochs", "5", "--ckpt_path", str(ckpt)]) == 0
-    resumed = Path("runs/quickstart/version_1")
+    resumed = Path("runs/quickstart/fedavgm,seed=0/version_1")
     assert (resumed / "accuracy_vs_upload_d.png").exists()
     (ckpt,) = (resumed / "checkpoints").glob("*.ckpt")
     curve = torch.load(ckpt, weights_only=True)["federated"]["curve"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fl_lightning.cli import main
-from fl_lightning.report import floats_to_target, read_curve
+from fl_lightning.report import find_runs, floats_to_target, read_curve
 
 QUICKSTART = str(Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml")
 QUIET = ["--trainer.enable_progress_bar", "false"]
@@ -41,6 +41,11 @@ def test_bad_grids_fail_before_anything_runs(capsys, grid, message):
     assert not os.path.exists("runs")
 
 
+def pieces(run: Path) -> list[Path]:
+    (versions,) = find_runs([run])[0].values()
+    return versions
+
+
 def test_sweep_runs_skips_finished_resumes_interrupted_and_reports(capsys):
     sweep = ["sweep", "--config", QUICKSTART, "--grid", "seed_everything=0,1", "--jobs", "2", *QUIET]
     assert main([*sweep, "--trainer.max_epochs", "2"]) == 0
@@ -54,7 +59,7 @@ def test_sweep_runs_skips_finished_resumes_interrupted_and_reports(capsys):
     resumed = runs / "seed_everything=1"
     with open(resumed / "version_1" / "metrics.csv") as f:
         assert [row["round"] for row in csv.DictReader(f)] == ["3.0"]
-    assert [r["round"] for r in read_curve(resumed)] == [1.0, 2.0, 3.0]  # the versions joined into one curve
+    assert [r["round"] for r in read_curve(pieces(resumed))] == [1.0, 2.0, 3.0]  # the versions joined into one curve
 
     capsys.readouterr()
     assert main(["report", "runs/quickstart", "--target", "0.2", "--out", "out/table"]) == 0
@@ -62,7 +67,7 @@ def test_sweep_runs_skips_finished_resumes_interrupted_and_reports(capsys):
     assert "2 runs in 1 groups" in out  # runs differing only in the seed form one group
     with open("out/table.csv") as f:
         (row,) = list(csv.DictReader(f))
-    finals = [read_curve(runs / f"seed_everything={s}")[-1]["val/acc"] for s in (0, 1)]
+    finals = [read_curve(pieces(runs / f"seed_everything={s}"))[-1]["val/acc"] for s in (0, 1)]
     assert row["seeds"] == "2" and float(row["final_val_acc"]) == pytest.approx(statistics.fmean(finals))
     assert float(row["final_val_acc_std"]) == pytest.approx(statistics.stdev(finals))
     assert all(Path(f"out/table.{ext}").is_file() for ext in ("md", "tex", "png"))
