@@ -11,6 +11,7 @@ before any run directory is created.
 """
 from __future__ import annotations
 
+import difflib
 import os
 import sys
 from importlib import import_module
@@ -20,6 +21,7 @@ import yaml
 from fl_lightning.errors import ConfigError, FLUserError
 from fl_lightning.options import check_option_names
 
+SUBCOMMANDS = ("fit", "validate", "test", "algorithms", "blocks", "sweep", "report")
 HELP = """usage: fl-lightning {fit,validate,test,algorithms,blocks,sweep,report} [--config FILE] [--dotted.option VALUE ...]
 
 Federated learning on PyTorch Lightning (FedAvg ... FedBCGD+); one epoch is one communication round.
@@ -61,6 +63,12 @@ def main(args=None) -> int:
     if command[:1] in ([], ["-h"], ["--help"]):
         print(HELP, end="")
         return 0
+    if not command[0].startswith("-") and command[0] not in SUBCOMMANDS + ("predict",):
+        close = difflib.get_close_matches(command[0], SUBCOMMANDS, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        print(f"fl-lightning: error: unknown subcommand {command[0]!r}; {hint}choose one of {', '.join(SUBCOMMANDS)} "
+              "(fl-lightning --help)", file=sys.stderr)
+        return 2
     try:
         check_config_files(command)
         if command[:1] in (["sweep"], ["report"], ["algorithms"]):  # imported on use: the others stay fast
@@ -83,7 +91,7 @@ def main(args=None) -> int:
         print(f"fl-lightning: error: {err}", file=sys.stderr)
         return 2
     except ArgumentError as err:  # jsonargparse: unknown option, wrong type, bad class_path
-        print(f"fl-lightning: error: {lightning_cli.argument_error(err)}", file=sys.stderr)
+        print(f"fl-lightning: error: {lightning_cli.argument_error(err, command)}", file=sys.stderr)
         return 2
     return 0
 

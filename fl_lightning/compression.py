@@ -143,6 +143,9 @@ class Codec:
     def options(self) -> dict:
         return dict(vars(self))
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.options().items())})"
+
 
 class SparseCodec(Codec):
     """k of the n entries, sent as int32 indices + fp32 values (TopK, RandK).

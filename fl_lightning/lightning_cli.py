@@ -9,6 +9,8 @@ import glob
 import hashlib
 import json
 import netrc
+import importlib
+import inspect
 import os
 import re
 import sys
@@ -24,6 +26,7 @@ from pytorch_lightning.loggers import WandbLogger
 from lightning_fabric.utilities.exceptions import MisconfigurationException
 
 from fl_lightning.algorithms import algorithms_with
+from fl_lightning.compression import CODECS
 from fl_lightning.algorithms.names import algorithm_name, expand_args, load_yaml
 from fl_lightning.blocks import partition_for
 from fl_lightning.checkpoint_io import load_weights_only, refuse_before_algorithm_objects
@@ -99,10 +102,33 @@ def check_same_network(checkpoint: dict, model: FederatedModule) -> None:
 
 
 def plain(value):
-    """A setting as JSON would hold it (Namespaces → dicts, tuples → lists), to compare with a checkpoint's."""
+    """A setting as JSON would hold it (Namespaces → dicts, tuples → lists, class paths as the class's own
+    module path), to compare with a checkpoint's."""
     if isinstance(value, Namespace):
         value = value.as_dict()
-    return json.loads(json.dumps(value, default=str))
+    value = json.loads(json.dumps(value, default=str))
+    if isinstance(value, dict) and isinstance(value.get("class_path"), str):
+        value["class_path"] = canonical(value["class_path"])
+    return value
+
+
+def canonical(path: str) -> str:
+    """``fl_lightning.algorithms.FedBCGD`` (re-exported) → ``fl_lightning.algorithms.fedbcgd.FedBCGD``."""
+    module_name, _, name = path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError, ValueError):
+        return path
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def differences(field: str, now, before):
+    """(dotted field, now, before) for each leaf that differs: a changed algorithm option is named as such."""
+    if isinstance(now, dict) and isinstance(before, dict) and set(now) == set(before):
+        for key in now:
+            yield from differences(f"{field}.{key}", now[key], before[key])
+    elif now != before:
+        yield field.replace(".init_args.", "."), now, before
 
 
 class SaveRunConfig(SaveConfigCallback):
@@ -233,7 +259,8 @@ class FederatedCLI(LightningCLI):
         for group, options in saved.items():
             for key, old in options.items():
                 if key in config[group] and key not in TAKES_EFFECT_AT_RESUME:
-                    check_unchanged(f"{group}.{key}", plain(config[group][key]), plain(old))
+                    for field, now, before in differences(f"{group}.{key}", plain(config[group][key]), plain(old)):
+                        check_unchanged(field, now, before)
 
     def name_the_run(self, config) -> None:
         """The run's id, and its directory ``<name>/<label>`` for CSV/TensorBoard loggers (fl_lightning.run_identity)."""
@@ -299,18 +326,44 @@ def print_blocks(args: list[str]) -> None:
     print((cli.model.blocks or partition_for(cli.model.net, cli.model.algorithm, always=True)).table())
 
 
-def argument_error(err: Exception) -> str:
-    """jsonargparse's message in one line; an option the chosen algorithm lacks names the ones that have it."""
+def argument_error(err: Exception, args: list[str]) -> str:
+    """jsonargparse's message in one line: an option the chosen algorithm or codec lacks names the ones that
+    have it, a value that does not parse names its option and type, a class that does not import says why."""
     message = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
     old = re.search(r"does not accept option 'model\.(\w+)'", message)
     if old and moved(old.group(1)):
         return moved(old.group(1))
-    match = re.search(r"NestedArg\(key='(\w+)'", message) or re.search(r"does not accept nested key '(\w+)'",
-                                                                        message)
-    if match and "algorithm" in message:
-        option = match.group(1)
-        owners = algorithms_with(option)
-        where = f"it is an option of {', '.join(owners)}" if owners else "no algorithm has it"
-        return (f"model.algorithm.{option}: the chosen algorithm has no option {option!r}; {where} "
-                "(fl-lightning algorithms NAME lists an algorithm's options)")
+    group = "compression" if 'key "model.compression"' in message or "model.compression" in message.split(":")[0] \
+        else "algorithm"
+    chosen = chosen_class(expand_args(args), group)
+    nested = re.search(r"NestedArg\(key='(\w+)', val='([^']*)'\)", message)
+    unaccepted = re.search(r"Option '(\w+)' is not accepted", message)
+    option = nested.group(1) if nested else unaccepted.group(1) if unaccepted else None
+    if option and chosen is not None and option in inspect.signature(chosen.__init__).parameters:
+        kind = inspect.signature(chosen.__init__).parameters[option].annotation
+        value = nested.group(2) if nested else "?"
+        return f"model.{group}.{option}: {value!r} is not a valid {kind} for {chosen.__name__}"
+    if option:
+        owners = algorithms_with(option) if group == "algorithm" else \
+            [name for name, codec in CODECS.items() if option in inspect.signature(codec.__init__).parameters]
+        where = f"it is an option of {', '.join(owners)}" if owners else f"no {group} has it"
+        lacking = chosen.__name__ if chosen is not None else f"the chosen {group}"
+        return (f"model.{group}.{option}: {lacking} has no option {option!r}; {where} "
+                f"(fl-lightning algorithms NAME lists an algorithm's options)")
+    missing = re.search(r"Problem with given class_path '([^']+)': (No module named '[^']+'|[^-]+?) -", message)
+    if missing:
+        return (f"model.{group}: cannot import {missing.group(1)!r} ({missing.group(2).strip()}); give a registry "
+                "name (fl-lightning algorithms) or an importable class path (your module on PYTHONPATH)")
     return f"{message} (see fl-lightning fit --help)"
+
+
+def chosen_class(args: list[str], group: str) -> Optional[type]:
+    """The class the command's last ``--model.<group> PATH`` names, if it imports."""
+    paths = [args[i + 1] for i, arg in enumerate(args[:-1]) if arg == f"--model.{group}"]
+    if not paths or paths[-1] in ("null", None):
+        return None
+    module_name, _, name = paths[-1].rpartition(".")
+    try:
+        return getattr(importlib.import_module(module_name), name) if module_name else None
+    except (ImportError, AttributeError, ValueError):
+        return None

@@ -23,6 +23,9 @@ def resolve(algorithm: Union[Algorithm, str, None], compression: Union[Codec, st
         algorithm = from_spec(algorithm, Algorithm, "model.algorithm")
     if isinstance(compression, dict):
         compression = from_spec(compression, Codec, "model.compression")
+    if isinstance(algorithm, type) and issubclass(algorithm, Algorithm):
+        raise ConfigError("model.algorithm", f"got the class {algorithm.__name__}; pass an instance, "
+                          f"{algorithm.__name__}() or {algorithm.__name__}(option=value)")
     if not isinstance(algorithm, Algorithm):
         raise ConfigError("model.algorithm", f"needs a fl_lightning.algorithms.Algorithm or a name, got "
                           f"{type(algorithm).__name__}")

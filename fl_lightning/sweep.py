@@ -30,6 +30,9 @@ TOP_LEVEL = {"seed_everything"}
 
 def parse(args: list[str]) -> tuple[list[tuple[str, list[str]]], int, int, bool, list[str]]:
     """(grid, jobs, threads per job, print only, the other fit arguments); bad grids fail here."""
+    if args[:1] in (["-h"], ["--help"]):
+        print(__doc__.strip())
+        raise SystemExit(0)
     grid, jobs, threads, print_only, rest = [], 1, 0, False, []
     words = iter(args)
     for word in words:
@@ -88,6 +91,35 @@ def label(combination: tuple[tuple[str, str], ...]) -> str:
     return ",".join(f"{key.split('.')[-1]}={value}".replace("/", "_") for key, value in combination)
 
 
+def check_every_point(runs: list[tuple[str, list[str]]]) -> None:
+    """Each grid point's complete configuration is parsed, and its algorithm, codec and module options
+    checked, before the first run starts: a bad value stops the sweep in one line with nothing trained."""
+    import contextlib
+    import io
+
+    from fl_lightning.lightning_cli import FederatedCLI, argument_error
+    from fl_lightning.module_options import check_module_options, resolve
+
+    for tag, command in runs:
+        printed = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(io.StringIO()):
+                FederatedCLI(args=[word for word in command if word not in ("--ckpt_path", "last")] + ["--print_config"])
+        except SystemExit as done:
+            if done.code not in (0, None):
+                raise ConfigError(f"sweep {tag}", "its configuration does not parse") from None
+        except ConfigError as err:
+            raise ConfigError(f"sweep {tag}", str(err)) from None
+        except Exception as err:  # jsonargparse's ArgumentError: unknown option, wrong type, bad class path
+            raise ConfigError(f"sweep {tag}", argument_error(err, command)) from None
+        model = (yaml.safe_load(printed.getvalue()) or {}).get("model") or {}
+        try:
+            resolve(model.get("algorithm"), model.get("compression"))
+            check_module_options({k: v for k, v in model.items() if not isinstance(v, dict)})
+        except ConfigError as err:
+            raise ConfigError(f"sweep {tag}", str(err)) from None
+
+
 def main(args: list[str]) -> int:
     grid, jobs, threads, print_only, rest = parse(args)
     check_option_names(rest)
@@ -100,6 +132,7 @@ def main(args: list[str]) -> int:
         command = ["fit", *rest, *options, "--trainer.logger.init_args.name", f"{name}/{label(combination)}",
                    "--ckpt_path", "last"]
         runs.append((label(combination), command))
+    check_every_point(runs)
     if print_only:
         for _, command in runs:
             print(shlex.join(["fl-lightning", *command]))

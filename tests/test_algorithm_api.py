@@ -38,7 +38,8 @@ def test_algorithms_command_lists_every_algorithm_and_one_algorithms_options():
     assert one.returncode == 0 and "mu (float, default 0.01): μ ≥ 0, the weight of the proximal term" in one.stdout
     typo = subprocess.run([FL, "algorithms", "fedprx"], capture_output=True, text=True, timeout=120)
     assert typo.returncode == 2 and typo.stderr.strip().startswith("fl-lightning: error: model.algorithm: unknown "
-                                                                   "algorithm 'fedprx'; choose one of fedavg, fedavgm")
+                                                                   "algorithm 'fedprx'; did you mean fedprox? choose one of "
+                                                                   "fedavg, fedavgm")
 
 
 def test_every_algorithm_option_has_a_type_a_default_and_a_line_of_help():

@@ -10,6 +10,7 @@ registers models; ``register_preset`` adds a name for an algorithm with an uploa
 """
 from __future__ import annotations
 
+import difflib
 import inspect
 from dataclasses import dataclass
 from typing import ClassVar, Optional
@@ -138,5 +139,7 @@ def algorithms_with(option: str) -> list[str]:
 
 
 def unknown(name: str) -> ConfigError:
-    return ConfigError("model.algorithm", f"unknown algorithm {name!r}; choose one of {', '.join(REGISTRY)} "
+    close = difflib.get_close_matches(name, list(REGISTRY), n=1)
+    hint = f"did you mean {close[0]}? " if close else ""
+    return ConfigError("model.algorithm", f"unknown algorithm {name!r}; {hint}choose one of {', '.join(REGISTRY)} "
                        "(fl-lightning algorithms lists them)")

@@ -5,7 +5,10 @@ from __future__ import annotations
 import inspect
 import re
 
-from fl_lightning.algorithms import REGISTRY, get
+import importlib
+
+from fl_lightning.algorithms import REGISTRY, Algorithm, Entry, get
+from fl_lightning.compression import CODECS
 
 
 def option_help(cls: type) -> dict[str, str]:
@@ -27,20 +30,43 @@ def option_help(cls: type) -> dict[str, str]:
     return lines
 
 
+def entry_for(name: str) -> Entry:
+    """A registry name, a registered class's name, or the class path of any Algorithm (your own)."""
+    if name in REGISTRY:
+        return REGISTRY[name]
+    for entry in REGISTRY.values():
+        if entry.codec is None and name in (entry.algorithm.__name__, f"{entry.algorithm.__module__}."
+                                                                       f"{entry.algorithm.__qualname__}"):
+            return entry
+    module_name, _, class_name = name.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name) if module_name else None
+    except (ImportError, AttributeError, ValueError):
+        cls = None
+    if isinstance(cls, type) and issubclass(cls, Algorithm):
+        return Entry(name, cls, None, cls.summary, cls.upload)
+    return get(name)  # one line naming the choices
+
+
 def describe(name: str) -> str:
-    entry = get(name)
+    entry = entry_for(name)
     cls = entry.algorithm
     out = [f"{name}: {entry.summary}", f"  class: {cls.__module__}.{cls.__qualname__}"
            + (f" with --model.compression {entry.codec}" if entry.codec else ""), f"  upload per client and round: "
-           f"{entry.upload} floats", "  options (--model.algorithm.NAME VALUE):"]
+           f"{entry.upload} floats", "  options (--model.algorithm.OPTION VALUE):"]
     helps = option_help(cls)
     for option, param in inspect.signature(cls.__init__).parameters.items():
         if option == "self":
             continue
-        kind = str(param.annotation).strip("'") if param.annotation is not param.empty else ""
+        kind = getattr(param.annotation, "__name__", str(param.annotation).strip("'"))
         out.append(f"    {option} ({kind}, default {param.default!r}): {helps.get(option, '')}")
     if len(out) == 4:
         out.append("    (none)")
+    if entry.codec:
+        codec = CODECS[entry.codec]
+        out.append(f"  codec {entry.codec} ({codec.__name__}) options (--model.compression.OPTION VALUE): "
+                   + ", ".join(f"{o} (default {p.default!r})" for o, p in inspect.signature(codec.__init__)
+                               .parameters.items() if o != "self"))
     return "\n".join(out)
 
 

@@ -35,7 +35,34 @@ def _is_name(value) -> bool:
 
 
 def expand_args(args: list[str]) -> list[str]:
-    """The command line with registry names replaced (module docstring)."""
+    """The command line with registry names replaced (module docstring), and every
+    ``--model.algorithm.OPTION`` / ``--model.compression.OPTION`` moved after the class it belongs to
+    (jsonargparse applies an option to the class chosen so far)."""
+    return _options_after_their_class(_expand_names(args))
+
+
+def _options_after_their_class(args: list[str]) -> list[str]:
+    out, held = [], {ALGORITHM: [], COMPRESSION: []}
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        key, inline, _ = arg.partition("=")
+        owner = next((o for o in (ALGORITHM, COMPRESSION) if key.startswith(o + ".") and key != HELP), None)
+        width = 1 if inline or owner is None and key not in (ALGORITHM, COMPRESSION) else 2
+        words = args[index:index + width]
+        index += width
+        if owner is not None:
+            held[owner].extend(words)
+        else:
+            out.extend(words)
+    for owner, words in held.items():
+        last = max((i for i, word in enumerate(out) if word == owner), default=None)
+        position = len(out) if last is None else last + 2
+        out[position:position] = words
+    return out
+
+
+def _expand_names(args: list[str]) -> list[str]:
     out, index = [], 0
     gives_compression = any(a == COMPRESSION or a.startswith(COMPRESSION + "=") for a in args)
     while index < len(args):
