@@ -31,7 +31,7 @@ def run_metrics(args: list[str]) -> dict:
                                  "--trainer.max_epochs", "5", "--trainer.enable_progress_bar", "false",
                                  "--trainer.enable_model_summary", "false", "--trainer.enable_checkpointing", "false",
                                  "--trainer.logger.init_args.save_dir", tmp, *args])
-        (path,) = glob.glob(os.path.join(tmp, "*", "version_*", "metrics.csv"))
+        (path,) = glob.glob(os.path.join(tmp, "**", "version_*", "metrics.csv"), recursive=True)
         rows = list(csv.DictReader(open(path)))
         weights = torch.cat([p.detach().flatten() for p in cli.model.net.state_dict().values()
                              if p.is_floating_point()])
