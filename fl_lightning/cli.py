@@ -90,6 +90,10 @@ def main(args=None) -> int:
     except FLUserError as err:
         print(f"fl-lightning: error: {err}", file=sys.stderr)
         return 2
+    except PermissionError as err:  # a run or save directory that turned out not writable
+        print(f"fl-lightning: error: cannot write {err.filename}: permission denied; choose a writable "
+              "trainer.logger.init_args.save_dir", file=sys.stderr)
+        return 2
     except ArgumentError as err:  # jsonargparse: unknown option, wrong type, bad class_path
         print(f"fl-lightning: error: {lightning_cli.argument_error(err, command)}", file=sys.stderr)
         return 2

@@ -18,5 +18,12 @@ def check_unchanged(field: str, now, saved) -> None:
                           "a new run without ckpt_path")
 
 
+def check_accuracy(field: str, accuracy) -> None:
+    """Accuracies are fractions: 90 % is 0.9."""
+    if accuracy is not None and not 0.0 < accuracy <= 1.0:
+        hint = f"; write {accuracy / 100:g} for {accuracy:g} %" if 1.0 < accuracy <= 100.0 else ""
+        raise ConfigError(field, f"is an accuracy, a fraction in (0, 1], got {accuracy:g}{hint}")
+
+
 class DivergenceError(FLUserError, FloatingPointError):
     """NaN or inf in the loss or the global model."""

@@ -10,6 +10,7 @@ import hashlib
 import json
 import netrc
 import importlib
+import importlib.util
 import inspect
 import os
 import re
@@ -99,6 +100,27 @@ def check_same_network(checkpoint: dict, model: FederatedModule) -> None:
             raise ConfigError("ckpt_path", f"was written by a different network ({name}: "
                               f"{saved.get(name, 'absent')} in the checkpoint, {current.get(name, 'absent')} now); "
                               "resume with the model.network it was trained with")
+
+
+def check_before_any_directory(trainer) -> None:
+    """Trainer settings that would fail only after the run directory exists: zero rounds, a logger
+    without its package, a save directory that cannot be written."""
+    if trainer.get("max_epochs") == 0:
+        raise ConfigError("trainer.max_epochs", "is 0: a fit needs at least one round (or -1: until the budget)")
+    loggers = trainer.get("logger")
+    for logger in loggers if isinstance(loggers, list) else [loggers]:
+        kind = getattr(logger, "class_path", "").rsplit(".", 1)[-1]
+        if kind == "TensorBoardLogger" and not any(importlib.util.find_spec(m) for m in ("tensorboard", "tensorboardX")):
+            raise ConfigError("trainer.logger", "TensorBoardLogger needs the tensorboard package: pip install "
+                              "tensorboard, or keep the default CSVLogger")
+        save_dir = (getattr(logger, "init_args", None) or {}).get("save_dir")
+        if save_dir:
+            existing = Path(os.path.abspath(save_dir))
+            while not existing.exists():
+                existing = existing.parent
+            if not os.access(existing, os.W_OK | os.X_OK):
+                raise ConfigError("trainer.logger.init_args.save_dir", f"{save_dir}: {existing} is not writable; "
+                                  "choose a directory you can write")
 
 
 def plain(value):
@@ -239,6 +261,7 @@ class FederatedCLI(LightningCLI):
         if not self.config.get("subcommand"):
             return
         config = self.config[self.config.subcommand]
+        check_before_any_directory(config.get("trainer") or {})
         self.name_the_run(config)
         if config.get("ckpt_path") == "last" and self.config.subcommand == "fit":
             newest = newest_checkpoint(config.get("trainer") or {}, self.run_id)
@@ -253,6 +276,10 @@ class FederatedCLI(LightningCLI):
         refuse_before_algorithm_objects(self.checkpoint, config.get("ckpt_path"))
         if self.config.subcommand != "fit":
             return
+        rounds_done, max_epochs = self.checkpoint.get("epoch", -1) + 1, (config.get("trainer") or {}).get("max_epochs")
+        if max_epochs is not None and 0 <= max_epochs < rounds_done:
+            raise ConfigError("trainer.max_epochs", f"is {max_epochs} but the checkpoint has done {rounds_done} rounds; "
+                              f"resume with trainer.max_epochs > {rounds_done}")
         check_unchanged("seed_everything", config["seed_everything"], self.checkpoint.get("federated", {}).get("seed"))
         saved = {"model": self.checkpoint.get("hyper_parameters", {}),
                  "data": self.checkpoint.get("FederatedDataModule", {}).get("settings", {})}

@@ -205,8 +205,11 @@ class FederatedModule(pl.LightningModule):
             with torch.no_grad():
                 out = self.net.eval()(x)
         except RuntimeError as err:
+            reason = str(err).splitlines()[0]
+            fix = (f"; set the network's input size to {math.prod(x.shape[1:])} (fl_lightning.models.MLP: "
+                   f"--model.network.init_args.in_features {math.prod(x.shape[1:])})" if "mat1 and mat2" in reason else "")
             raise ConfigError("model.network", f"cannot take {datamodule.dataset} inputs of shape "
-                              f"{tuple(x.shape[1:])}: {str(err).splitlines()[0]}") from None
+                              f"{tuple(x.shape[1:])}: {reason}{fix}") from None
         finally:
             self.net.train(was_training)
         if out.shape[-1] != datamodule.num_classes:

@@ -7,7 +7,7 @@ from typing import Optional, Union
 
 from fl_lightning.algorithms import Algorithm, create
 from fl_lightning.compression import CODECS, Codec
-from fl_lightning.errors import ConfigError
+from fl_lightning.errors import ConfigError, check_accuracy
 
 
 def resolve(algorithm: Union[Algorithm, str, None], compression: Union[Codec, str, None]
@@ -66,6 +66,7 @@ def check_module_options(hp) -> None:
             raise ConfigError(f"model.{field}", f"must be > 0, got {hp[field]}")
     if hp["weight_decay"] < 0:
         raise ConfigError("model.weight_decay", f"must be ≥ 0, got {hp['weight_decay']}")
+    check_accuracy("model.target_accuracy", hp.get("target_accuracy"))
     if not 0.0 <= hp["client_dropout"] < 1.0:
         raise ConfigError("model.client_dropout", f"must be in [0, 1), got {hp['client_dropout']}")
 

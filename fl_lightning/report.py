@@ -28,7 +28,7 @@ from typing import Optional
 
 import yaml
 
-from fl_lightning.errors import ConfigError
+from fl_lightning.errors import ConfigError, check_accuracy
 from fl_lightning.run_identity import read_run_id, run_id
 
 IGNORED = ("model.max_upload_d", "model.target_accuracy", "model.test_every_n_rounds", "model.eval_every_d",
@@ -287,6 +287,7 @@ def main(args: list[str]) -> int:
     parser.add_argument("--label", choices=("settings", "dir"), default="settings",
                         help="name groups by the settings that differ (default) or by run directory")
     options = parser.parse_args(args)
+    check_accuracy("report --target", options.target)
     for path in options.runs:
         if not path.exists():
             raise ConfigError("report", f"{path}: no such directory")

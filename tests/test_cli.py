@@ -1,6 +1,7 @@
 """The `fl-lightning` command: end to end, and one clear line for every bad input."""
 import csv
 import glob
+import importlib.util
 import os
 import subprocess
 import sys
@@ -78,6 +79,13 @@ BAD_INPUTS = [
     (["--model.algorithm", "fedprox", "--model.algorithm.mu", "-1"], "FedProx(mu=...)", "must be ≥ 0, got -1"),
     (["--model.fedprox_mu", "0.5"], "--model.fedprox_mu", "moved to --model.algorithm fedprox --model.algorithm.mu V"),
     (["--model.bogus", "1"], "--model.bogus", "no such option"),
+    (["--trainer.max_epochs", "0"], "trainer.max_epochs", "is 0: a fit needs at least one round"),
+    (["--model.target_accuracy", "90"], "model.target_accuracy", "a fraction in (0, 1], got 90; write 0.9 for 90 %"),
+    (["--model.network.init_args.in_features", "784"], "model.network",
+     "set the network's input size to 64 (fl_lightning.models.MLP: --model.network.init_args.in_features 64)"),
+    *([(["--trainer.logger", "pytorch_lightning.loggers.TensorBoardLogger", "--trainer.logger.save_dir", "tb"],
+        "trainer.logger", "TensorBoardLogger needs the tensorboard package")]
+      if not any(importlib.util.find_spec(m) for m in ("tensorboard", "tensorboardX")) else []),
     (["--trainer.max_epoch", "1"], "--trainer.max_epoch", "did you mean --trainer.max_epochs?"),
 ]
 
@@ -133,6 +141,10 @@ def test_resume_refuses_changed_algorithm_options_and_takes_the_sound_ones(capsy
                  "--model.max_upload_d", "3.5", *QUIET]) == 0
     rows = list(csv.DictReader(open("runs/quickstart/fedavgm,seed=0/version_1/metrics.csv")))
     assert [r["round"] for r in rows] == ["3.0", "4.0"]  # resumed after round 2, stopped by the new budget
+    code = main(["fit", "--config", QUICKSTART, "--trainer.max_epochs", "1", "--ckpt_path", ckpt, *QUIET])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == ["fl-lightning: error: trainer.max_epochs: is 1 but the checkpoint has done 2 rounds; "
+                                 "resume with trainer.max_epochs > 2"]
 
 
 class RunsCode:

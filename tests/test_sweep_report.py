@@ -91,3 +91,22 @@ def test_floats_to_target_first_touch_and_sustained():
     assert floats_to_target(evaluated, 0.95, window=3) == (math.inf, math.inf)
     assert floats_to_target(evaluated, 0.75, window=1) == (2.0, 4.0)
     assert floats_to_target(evaluated[:5] + [{"val/acc": 0.1, "comm/upload_d": 6.0}], 0.75, 1)[1] == math.inf
+
+
+def test_report_target_in_percent_is_one_line(capsys):
+    Path("runs").mkdir()
+    assert main(["report", "runs", "--target", "85"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["fl-lightning: error: report --target: is an accuracy, a fraction in (0, 1], got 85; write 0.85 "
+                   "for 85 %"]
+
+
+def test_sweep_checks_every_grid_point_before_training(capsys):
+    for grid, message in ((["model.algorithm=fedavg,fedfoo"], "sweep algorithm=fedfoo: model.algorithm: unknown "
+                                                               "algorithm 'fedfoo'"),
+                          (["model.lr=0.1,abc"], "sweep lr=abc: Parser key \"model.lr\""),
+                          (["model.lr=0.1,-2"], "sweep lr=-2: model.lr: must be > 0, got -2.0")):
+        assert main(["sweep", "--config", QUICKSTART, "--grid", *grid, "--trainer.max_epochs", "1"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"fl-lightning: error: {message}"), err
+    assert not Path("runs").exists()  # nothing trained, nothing written
