@@ -36,7 +36,8 @@ from fl_lightning.errors import ConfigError, FLUserError, check_unchanged
 from fl_lightning.models.timm_models import architecture_only
 from fl_lightning.options import moved
 from fl_lightning.run_identity import ID_LINE, TAKES_EFFECT_AT_RESUME, names_its_logger, run_id, run_label
-from fl_lightning.module import FederatedModule, run_dirs
+from fl_lightning.module import FederatedModule
+from fl_lightning.run_files import run_dirs
 from fl_lightning.progress import RoundProgressBar
 
 TRAINER_DEFAULTS = {

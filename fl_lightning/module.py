@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import pickle
+import time
 import warnings
 from typing import Optional, Union
 
@@ -38,18 +39,8 @@ from fl_lightning.loop import FederatedLoop, LocalConfig
 from fl_lightning.module_options import check_module_options, codec_spec, resolve
 from fl_lightning.models.timm_models import timm_input_config
 from fl_lightning.plot import save_curve
+from fl_lightning.run_files import run_dirs
 from fl_lightning.seeding import run_seed
-
-
-def run_dirs(trainer: pl.Trainer) -> list[str]:
-    """Where each logger keeps this run's files (CSV: version_N/, W&B: the run's files/, synced with it)."""
-    dirs = []
-    for logger in trainer.loggers:
-        run_dir = logger.experiment.dir if isinstance(logger, pl.loggers.WandbLogger) else logger.log_dir
-        if run_dir:
-            os.makedirs(run_dir, exist_ok=True)
-            dirs.append(run_dir)
-    return dirs
 
 
 class FederatedModule(pl.LightningModule):
@@ -127,6 +118,7 @@ class FederatedModule(pl.LightningModule):
         self._val_sums: list[torch.Tensor] = []
         self._val_metrics: dict[str, float] = {}
         self._eval_mark, self._skip_eval = 0, False  # eval_every_d: multiples of it evaluated so far
+        self._round_seconds, self._wall_seconds = 0.0, 0.0  # this round's and all rounds' training wall time
         self._train_logs, self._eval_logs = LoggedValues(), LoggedValues()  # the network's own self.log calls
         self._curve: dict[str, list] = {"val": [], "test": []}  # (comm/upload_d, accuracy) for the run's PNG
 
@@ -239,7 +231,7 @@ class FederatedModule(pl.LightningModule):
             if isinstance(logger, pl.loggers.WandbLogger):
                 experiment = logger.experiment
                 experiment.define_metric("comm/upload_d")
-                for key in ("round", "lr", "train/*", "val/*", "test/*", "comm/upload_bytes", "comm/download_bytes",
+                for key in ("round", "lr", "train/*", "val/*", "test/*", "time/*", "comm/upload_bytes", "comm/download_bytes",
                             "comm/upload_d_at_target", "comm/clients_*"):
                     experiment.define_metric(key, step_metric="comm/upload_d")
         for run_dir in run_dirs(self.trainer):
@@ -283,7 +275,7 @@ class FederatedModule(pl.LightningModule):
             self.client_state.close()  # file handles; a later read or checkpoint reopens them
 
     def training_step(self, batch, batch_idx):
-        round_idx = self.current_epoch
+        round_idx, started = self.current_epoch, time.perf_counter()
         self._val_metrics = {}
         self.net.train()
         lr = self.loop.optimizer.param_groups[0]["lr"]  # the round's lr: the local lr schedule's
@@ -294,6 +286,8 @@ class FederatedModule(pl.LightningModule):
             raise DivergenceError(f"round {round_idx + 1}: the training loss or the global model became NaN/inf "
                                   f"(train/loss={self._train_loss}); lower model.lr or model.server_lr")
         self.lr_schedulers().step()
+        self._round_seconds = time.perf_counter() - started
+        self._wall_seconds += self._round_seconds
         comm = self.loop.comm
         self.log_dict({"round": float(round_idx + 1), "comm/upload_d": comm.upload_d},
                       prog_bar=True, logger=False, on_step=True, on_epoch=False)
@@ -304,7 +298,8 @@ class FederatedModule(pl.LightningModule):
     def on_train_epoch_end(self):
         """One logger row per round: progress, communication, and the round's validation."""
         row = {**self._train_logs.pop_means(self.collective), "round": float(self.current_epoch + 1), "lr": self._lr,
-               **self.loop.comm.metrics(), **self._val_metrics}
+               **self.loop.comm.metrics(), **self._val_metrics,
+               "time/round_s": self._round_seconds, "time/wall_s": self._wall_seconds}  # the rounds' wall time
         if self._train_loss is not None:
             row["train/loss"] = self._train_loss
         rounds, every, max_rounds = self.current_epoch + 1, self.hparams.test_every_n_rounds, self.trainer.max_epochs
@@ -386,6 +381,7 @@ class FederatedModule(pl.LightningModule):
         checkpoint["federated"] = {"comm": self.loop.comm.state_dict() if self.loop else None,
                                    "upload_d_at_target": self.upload_d_at_target, "curve": self._curve,
                                    "seed": run_seed(), "eval_mark": self._eval_mark, "run_id": self.run_id,
+                                   "wall_s": self._wall_seconds,
                                    "client_state": self.client_state.state_dict() if self.client_state else None}
 
     def on_load_checkpoint(self, checkpoint):
@@ -396,6 +392,7 @@ class FederatedModule(pl.LightningModule):
         if state is not None and state["comm"] is not None:
             self._restored = state
             self._eval_mark = state.get("eval_mark", 0)
+            self._wall_seconds = state.get("wall_s", 0.0)
             curve = state.get("curve", {})
             self._curve = {key: [tuple(point) for point in curve.get(key, [])] for key in ("val", "test")}
 

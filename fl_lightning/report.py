@@ -29,6 +29,7 @@ from typing import Optional
 import yaml
 
 from fl_lightning.errors import ConfigError, check_accuracy
+from fl_lightning.figures import AXES, X_AXES, colour_of, finish
 from fl_lightning.run_identity import read_run_id, run_id
 
 IGNORED = ("model.max_upload_d", "model.target_accuracy", "model.test_every_n_rounds", "model.eval_every_d",
@@ -157,6 +158,9 @@ def group_runs(runs: dict[Path, Optional[dict]], by_dir: bool = False) -> dict[s
     keys = {k for k in keys if k.startswith(("model.", "data.")) and not any(k == i or k.startswith(i + ".")
                                                                           for i in IGNORED)}
     differing = sorted(k for k in keys if len({repr((s or {}).get(k)) for s in runs.values()}) > 1)
+    if "model.algorithm.class_path" in differing:  # options only some algorithms have say nothing more
+        differing = [k for k in differing if not k.startswith("model.algorithm.init_args.")
+                     or all((s or {}).get(k) is not None for s in runs.values())]
     groups = {}
     for run, settings in runs.items():
         if settings is None:
@@ -237,7 +241,9 @@ def write_tables(rows: list[dict], out: Path, target: float, window: int) -> str
     return markdown
 
 
-def plot(curves: dict[str, list[list[dict]]], out: Path, target: float, title: str) -> None:
+def plot(curves: dict[str, list[list[dict]]], out: Path, target: float, title: str, x_key: str = "comm/upload_d") -> None:
+    """Mean ± std over seeds of val/acc (and the training objective) against ``x_key``: floats uploaded,
+    rounds or wall time; one colour per algorithm, line styles for its variants."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -246,33 +252,33 @@ def plot(curves: dict[str, list[list[dict]]], out: Path, target: float, title: s
 
     objective = any("train/objective" in r for runs in curves.values() for c in runs for r in c)
     fig, axes = plt.subplots(1, 2 if objective else 1, figsize=(11 if objective else 6.5, 4.2), squeeze=False)
-    for index, (label, runs) in enumerate(curves.items()):
-        evaluated = [[r for r in curve if "val/acc" in r] for curve in runs]
-        style = ["-", "--", ":"][index // 10 % 3]
+    variants: dict[str, int] = {}
+    for label, runs in curves.items():
+        colour = colour_of(label)
+        style = ["-", "--", ":", "-."][variants.setdefault(colour, 0) % 4]
+        variants[colour] += 1
+        evaluated = [[r for r in curve if "val/acc" in r and x_key in r] for curve in runs]
+        if not all(evaluated):
+            continue
         for ax, key in zip(axes[0], ["val/acc"] + (["train/objective"] if objective else [])):
             if not all(key in e[-1] for e in evaluated):
                 continue
-            if max(e[-1]["comm/upload_d"] for e in evaluated) == 0:  # uploads nothing: a reference line
+            if x_key == "comm/upload_d" and max(e[-1][x_key] for e in evaluated) == 0:  # uploads nothing
                 ax.axhline(statistics.fmean(e[-1][key] for e in evaluated), color="black", lw=1, ls=":",
                            label=f"{label} (final, no upload)")
                 continue
-            end = min(e[-1]["comm/upload_d"] for e in evaluated)
-            grid = np.linspace(min(e[0]["comm/upload_d"] for e in evaluated), end, 200)
-            values = np.array([np.interp(grid, [r["comm/upload_d"] for r in e], [r[key] for r in e])
-                               for e in evaluated])
-            line, = ax.plot(grid, values.mean(0), style, lw=1.3, label=f"{label} ({len(runs)} seeds)")
+            end = min(e[-1][x_key] for e in evaluated)
+            grid = np.linspace(min(e[0][x_key] for e in evaluated), end, 200)
+            values = np.array([np.interp(grid, [r[x_key] for r in e], [r[key] for r in e]) for e in evaluated])
+            line, = ax.plot(grid, values.mean(0), style, color=colour, lw=1.3, label=f"{label} ({len(runs)} seed{'s' if len(runs) != 1 else ''})")
             if len(runs) > 1:
                 std = values.std(0, ddof=1)
                 ax.fill_between(grid, values.mean(0) - std, values.mean(0) + std, color=line.get_color(), alpha=0.2)
-    axes[0][0].set(xlabel="comm/upload_d (mean floats uploaded per client / d)", ylabel="val/acc", title=title)
-    axes[0][0].axhline(target, color="grey", lw=0.5, ls="--")
+    axes[0][0].set(xlabel=AXES[x_key], ylabel=AXES["val/acc"], title=title)
+    axes[0][0].axhline(target, color="grey", lw=0.8, ls="--", label=f"target {target:g}")
     if objective:
-        axes[0][1].set(xlabel="comm/upload_d", ylabel="training objective", yscale="log")
-    for ax in axes[0]:
-        ax.legend(fontsize=7)
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out.with_suffix(".png"), dpi=110)
+        axes[0][1].set(xlabel=AXES[x_key], ylabel=AXES["train/objective"], yscale="log")
+    finish(fig, axes[0], str(out))
     plt.close(fig)
 
 
@@ -284,6 +290,8 @@ def main(args: list[str]) -> int:
     parser.add_argument("--window", type=int, default=3, help="k of the sustained floats-to-target (default 3)")
     parser.add_argument("--at-d", default="", help="budgets in d, e.g. 10,25,50: val/acc at each")
     parser.add_argument("--title", default="")
+    parser.add_argument("--x", choices=tuple(X_AXES), default="upload_d",
+                        help="the plot's x axis: floats uploaded per client (default), rounds, or training wall time")
     parser.add_argument("--label", choices=("settings", "dir"), default="settings",
                         help="name groups by the settings that differ (default) or by run directory")
     options = parser.parse_args(args)
@@ -314,6 +322,6 @@ def main(args: list[str]) -> int:
     print(write_tables(table(summaries, options.target, options.window, budgets), options.out, options.target,
                        options.window), end="")
     plot({label: [curves[r] for r in runs] for label, runs in groups.items()}, options.out, options.target,
-         options.title)
-    print(f"fl-lightning report: {len(curves)} runs in {len(groups)} groups → {options.out}.md/.csv/.tex/.png")
+         options.title, X_AXES[options.x])
+    print(f"fl-lightning report: {len(curves)} runs in {len(groups)} groups → {options.out}.md/.csv/.tex/.png/.pdf")
     return 0

@@ -32,7 +32,7 @@ def run_metrics(args: list[str]) -> dict:
                                  "--trainer.enable_model_summary", "false", "--trainer.enable_checkpointing", "false",
                                  "--trainer.logger.init_args.save_dir", tmp, *args])
         (path,) = glob.glob(os.path.join(tmp, "**", "version_*", "metrics.csv"), recursive=True)
-        rows = list(csv.DictReader(open(path)))
+        rows = [{k: v for k, v in row.items() if not k.startswith("time/")} for row in csv.DictReader(open(path))]
         weights = torch.cat([p.detach().flatten() for p in cli.model.net.state_dict().values()
                              if p.is_floating_point()])
     return {"rows": rows, "weights_sha256": hashlib.sha256(weights.numpy().tobytes()).hexdigest()}

@@ -39,7 +39,8 @@ def rows_by_round(name: str) -> dict[str, list[dict]]:
             for row in csv.DictReader(f):
                 if None in row.values() or None in row or not row.get("round"):
                     continue  # a line torn by the kill
-                found.setdefault(row["round"], []).append({k: v for k, v in row.items() if v != ""})
+                found.setdefault(row["round"], []).append({k: v for k, v in row.items()
+                                                           if v != "" and not k.startswith("time/")})
     return found
 
 

@@ -1,0 +1,47 @@
+"""How fl-lightning draws (the run's picture and ``report``'s): axis labels in words, one colour per
+algorithm in every plot, the target labelled, the legend off the data (below the axes), print resolution (PNG at
+300 dpi) and a PDF beside each PNG."""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+
+AXES = {"comm/upload_d": "floats uploaded per client (× d)", "round": "communication round",
+        "time/wall_s": "training wall time (s)", "val/acc": "validation accuracy", "test/acc": "test accuracy",
+        "train/objective": "training objective"}
+X_AXES = {"upload_d": "comm/upload_d", "round": "round", "wall_time": "time/wall_s"}
+# The built-in algorithms in a fixed order, so that each keeps its colour whatever else a plot shows.
+KNOWN = ["fedavg", "fedavgm", "fedadam", "fedyogi", "fedprox", "scaffold", "feddc", "feddyn", "fednova", "fedbcgd",
+         "fedbcgd_freezing", "fedbcgd_plus", "topk", "fedpaq", "fedbcgd_qsgd", "fedbcgd_plus_qsgd", "centralized"]
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+           "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#000000"]
+
+
+def algorithm_in(label: str) -> str:
+    """The algorithm a group label names, as a registry name where it is one: ``algorithm=FedBCGDPlus,
+    lr=0.1`` and ``fedbcgd_plus,seed=0`` → fedbcgd_plus."""
+    match = re.search(r"algorithm=([\w.+]+)", label)
+    name = (match.group(1) if match else re.split(r"[,\s]", label.strip())[0]).rsplit(".", 1)[-1]
+    squashed = name.lower().replace("_", "")
+    return next((known for known in KNOWN if known.replace("_", "") == squashed), name.lower())
+
+
+def colour_of(label: str) -> str:
+    name = algorithm_in(label)
+    if name in KNOWN:
+        return PALETTE[KNOWN.index(name)]
+    return PALETTE[int(hashlib.sha1(name.encode()).hexdigest(), 16) % len(PALETTE)]
+
+
+def finish(fig, axes, prefix: str) -> None:
+    """Legend below the data, then ``prefix``.png (300 dpi) and ``prefix``.pdf, each written whole."""
+    for ax in axes:
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=7, frameon=False)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    for suffix, dpi in ((".png", 300), (".pdf", None)):
+        partial = f"{prefix}.partial{suffix}"
+        fig.savefig(partial, dpi=dpi, bbox_inches="tight")
+        os.replace(partial, f"{prefix}{suffix}")
