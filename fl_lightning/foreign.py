@@ -71,6 +71,15 @@ def logging_into(net, sink: LoggedValues):
         del net.log, net.log_dict
 
 
+def network_optimizer_settings(net) -> dict:
+    """What ``local_optimizer="network"`` trains clients with, as hparams record it: the optimizer's class
+    path and its lr / weight_decay / momentum (0 where it has none)."""
+    optimizer = network_optimizer(net, [torch.zeros(1, requires_grad=True)])
+    group = optimizer.param_groups[0]
+    return {"network_optimizer": f"{type(optimizer).__module__}.{type(optimizer).__qualname__}", "lr": group["lr"],
+            "weight_decay": group.get("weight_decay", 0.0), "client_momentum": group.get("momentum", 0.0)}
+
+
 def network_optimizer(net, params: list[torch.Tensor]) -> torch.optim.Optimizer:
     """The optimizer the user's ``configure_optimizers`` returns, rebuilt over ``params``."""
     configured = net.configure_optimizers()

@@ -34,11 +34,13 @@ from fl_lightning.checkpoint_io import load_weights_only, refuse_before_algorith
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.errors import ConfigError, FLUserError, check_unchanged
 from fl_lightning.models.timm_models import architecture_only
+from fl_lightning.module_options import check_trainer
 from fl_lightning.options import moved
 from fl_lightning.run_identity import ID_LINE, TAKES_EFFECT_AT_RESUME, names_its_logger, run_id, run_label
 from fl_lightning.module import FederatedModule
 from fl_lightning.run_files import run_dirs
 from fl_lightning.progress import RoundProgressBar
+from fl_lightning.python_api import summary
 
 TRAINER_DEFAULTS = {
     "max_epochs": 30,  # = communication rounds
@@ -284,6 +286,8 @@ class FederatedCLI(LightningCLI):
         check_unchanged("seed_everything", config["seed_everything"], self.checkpoint.get("federated", {}).get("seed"))
         saved = {"model": self.checkpoint.get("hyper_parameters", {}),
                  "data": self.checkpoint.get("FederatedDataModule", {}).get("settings", {})}
+        if saved["model"].get("network_optimizer"):  # lr & co. are the network optimizer's, not the options'
+            saved["model"] = {k: v for k, v in saved["model"].items() if k not in ("lr", "weight_decay", "client_momentum")}
         for group, options in saved.items():
             for key, old in options.items():
                 if key in config[group] and key not in TAKES_EFFECT_AT_RESUME:
@@ -313,13 +317,14 @@ class FederatedCLI(LightningCLI):
         config["weights_only"] = True  # explicit, whatever torch's default
         self.datamodule.check()
         self.model.check_compatible(self.datamodule)
-        self.model.check_trainer(self.trainer)
+        check_trainer(self.model.hparams, self.trainer)
         if getattr(self, "checkpoint", None) is not None:
             check_same_network(self.checkpoint, self.model)
 
     def before_fit(self) -> None:
         self._check()
         self.model.run_id = self.run_id
+        self.model.prints_summary = False  # after_fit prints it, also for ddp_spawn
 
     def before_validate(self) -> None:
         self._check()
@@ -328,18 +333,10 @@ class FederatedCLI(LightningCLI):
         self._check()
 
     def after_fit(self) -> None:
-        metrics = self.trainer.callback_metrics
-        accuracy = {key: f"{float(metrics[key]):.4f}" if key in metrics else "n/a" for key in ("val/acc", "test/acc")}
-        log_dir = self.trainer.log_dir  # (a collective under DDP: every rank asks)
+        line = summary(self.trainer, self.model)  # (trainer.log_dir is a collective under DDP: every rank asks)
         if not self.trainer.is_global_zero:
             return
-        if self.model.loop is None:  # ddp_spawn: the rounds ran in spawned processes, their logs hold the run
-            print(f"fl-lightning: done in spawned processes, final val/acc {accuracy['val/acc']}, test/acc "
-                  f"{accuracy['test/acc']}")
-        else:
-            print(f"fl-lightning: {self.trainer.current_epoch} rounds, final val/acc {accuracy['val/acc']}, "
-                  f"test/acc {accuracy['test/acc']}, comm/upload_d {self.model.loop.comm.upload_d:.2f}, "
-                  f"run dir {os.path.abspath(log_dir or '.')}")
+        print(line)
         for logger in self.trainer.loggers:
             if isinstance(logger, WandbLogger):  # the command's run is over (a next in-process run starts afresh)
                 logger.experiment.finish()

@@ -34,11 +34,13 @@ from fl_lightning.distributed import Collective
 from fl_lightning.errors import ConfigError, DivergenceError, check_unchanged
 from fl_lightning.evaluation import batch_sums, summed_over_ranks, test_metrics, train_objective
 from fl_lightning.flat import FlatModel
-from fl_lightning.foreign import LoggedValues, is_lightning, logging_into, network_optimizer, overrides
+from fl_lightning.foreign import (LoggedValues, is_lightning, logging_into, network_optimizer,
+                                  network_optimizer_settings, overrides)
 from fl_lightning.loop import FederatedLoop, LocalConfig
-from fl_lightning.module_options import check_module_options, codec_spec, resolve
+from fl_lightning.module_options import check_module_options, check_trainer, codec_spec, resolve
 from fl_lightning.models.timm_models import timm_input_config
 from fl_lightning.plot import save_curve
+from fl_lightning.python_api import as_the_cli_does, summary
 from fl_lightning.run_files import run_dirs
 from fl_lightning.seeding import run_seed
 
@@ -102,8 +104,9 @@ class FederatedModule(pl.LightningModule):
         if server_optimizer is not None and self.algorithm.changed_server_options():
             raise ConfigError("model.server_optimizer", "sets the server step itself: give its lr/momentum in its "
                               f"init_args and leave model.algorithm.{self.algorithm.changed_server_options()[0]} unset")
+        used = network_optimizer_settings(network) if local_optimizer == "network" else {}  # not model.lr & co.
         self.save_hyperparameters({**self.hparams, "algorithm": self.algorithm.spec(),  # what ran, as plain data
-                                   "compression": codec_spec(self.codec)})
+                                   "compression": codec_spec(self.codec), **used})
         self.server_optimizer = server_optimizer
         self.automatic_optimization = False
         self.net = network
@@ -114,6 +117,7 @@ class FederatedModule(pl.LightningModule):
         self.client_state: Optional[ClientStateStore] = None  # c_i, h_i, e_i of every client, on disk
         self.upload_d_at_target: Optional[float] = None
         self.run_id: Optional[str] = None  # set by the CLI (fl_lightning.run_identity); in every checkpoint
+        self.prints_summary = True  # the one-line summary at the end of a Python-API fit (the CLI prints its own)
         self._restored: Optional[dict] = None
         self._val_sums: list[torch.Tensor] = []
         self._val_metrics: dict[str, float] = {}
@@ -130,6 +134,7 @@ class FederatedModule(pl.LightningModule):
 
     def setup(self, stage: str) -> None:
         install_safe_checkpoint_io(self.trainer)  # atomic writes, weights-only reads: CLI and Python alike
+        as_the_cli_does(self.trainer)  # the round bar, no irrelevant warnings
         if self.trainer.world_size > 1:  # every value this module logs is already the same on every rank
             warnings.filterwarnings("ignore", message=r"It is recommended to use `self.log\(.*sync_dist=True",
                                     category=PossibleUserWarning)
@@ -209,19 +214,10 @@ class FederatedModule(pl.LightningModule):
                               f"{datamodule.num_classes}; set the network's num_classes")
 
     # -- training: one epoch = one round ------------------------------------------------------
-    def check_trainer(self, trainer: pl.Trainer) -> None:
-        """Trainer settings this module cannot run with (the CLI calls it before any run directory exists)."""
-        if self.hparams.eval_every_d is not None and trainer.check_val_every_n_epoch != 1:
-            raise ConfigError("model.eval_every_d", "picks the rounds to evaluate itself: set "
-                              "trainer.check_val_every_n_epoch 1")
-        if getattr(trainer.precision_plugin, "scaler", None) is not None:
-            raise ConfigError("trainer.precision", "16-mixed needs a GradScaler that would rescale the server's "
-                              "pseudo-gradient; use bf16-mixed or 32")
-
     def on_fit_start(self):
         datamodule = self.trainer.datamodule
         self.check_compatible(datamodule)
-        self.check_trainer(self.trainer)
+        check_trainer(self.hparams, self.trainer)
         if not self.trainer.is_global_zero:
             return
         network_hparams = dict(self.net.hparams) if is_lightning(self.net) else {}
@@ -238,9 +234,11 @@ class FederatedModule(pl.LightningModule):
             datamodule.save_partition(os.path.join(run_dir, "partition.csv"))
 
     def on_train_end(self):
-        """Every fit leaves accuracy_vs_upload_d.png in its run directory."""
+        """Every fit leaves accuracy_vs_upload_d.png in its run directory (and, from Python, its summary line)."""
         if not self.trainer.is_global_zero:
             return
+        if self.prints_summary:
+            print(summary(self.trainer, self))
         datamodule = self.trainer.datamodule
         title = f"{self.algorithm.name}, {datamodule.dataset}, {self.current_epoch} rounds"
         val_is_test = datamodule.split.val_x is None

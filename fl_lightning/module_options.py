@@ -56,6 +56,16 @@ def codec_spec(codec: Optional[Codec]) -> Optional[dict]:
                                        "init_args": codec.options()}
 
 
+def check_trainer(hp, trainer) -> None:
+    """Trainer settings the module cannot run with (the CLI checks them before any run directory exists)."""
+    if hp.get("eval_every_d") is not None and trainer.check_val_every_n_epoch != 1:
+        raise ConfigError("model.eval_every_d", "picks the rounds to evaluate itself: set "
+                          "trainer.check_val_every_n_epoch 1")
+    if getattr(trainer.precision_plugin, "scaler", None) is not None:
+        raise ConfigError("trainer.precision", "16-mixed needs a GradScaler that would rescale the server's "
+                          "pseudo-gradient; use bf16-mixed or 32")
+
+
 def check_module_options(hp) -> None:
     """Options that are wrong whatever the algorithm: one line each."""
     for field in ("clients_per_round", "local_epochs", "batch_size", "test_every_n_rounds"):

@@ -69,7 +69,10 @@ def test_own_logs_validation_and_hparams_reach_the_run():
 
 
 def test_own_configure_optimizers_as_local_optimizer():
-    module, rows, _ = fit(rounds=2, local_optimizer="network", lr_decay=0.5)
+    module, rows, hparams = fit(rounds=2, local_optimizer="network", lr_decay=0.5)
+    # hparams record what trained the clients: Adam at the network's lr, not model.lr / weight_decay
+    assert hparams["network_optimizer"] == "torch.optim.adam.Adam" and hparams["lr"] == 0.02
+    assert hparams["weight_decay"] == 0 and hparams["client_momentum"] == 0.0
     optimizer = module.loop.optimizer
     assert type(optimizer) is torch.optim.Adam and optimizer.param_groups[0]["betas"] == (0.8, 0.9)
     (params,) = optimizer.param_groups[0]["params"]

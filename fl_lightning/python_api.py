@@ -1,0 +1,36 @@
+"""A fit from Python looks like a fit from the command line: the round progress bar instead of
+Lightning's epoch bar, none of Lightning's warnings that do not apply to one-round epochs, and the
+same one-line summary at the end (``summary``, which the CLI prints too)."""
+from __future__ import annotations
+
+import os
+import warnings
+
+import pytorch_lightning as pl
+from pytorch_lightning.callbacks import TQDMProgressBar
+
+from fl_lightning.progress import RoundProgressBar
+
+IRRELEVANT = (r".*smaller than the logging interval.*",  # one training "batch" per round, by design
+              r".*does not have many workers.*")  # the loaders hold one item or in-memory tensors
+
+
+def as_the_cli_does(trainer: pl.Trainer) -> None:
+    """Lightning's default TQDM bar becomes the round bar; irrelevant warnings are silenced."""
+    for message in IRRELEVANT:
+        warnings.filterwarnings("ignore", message=message)
+    callbacks = trainer.callbacks
+    for index, callback in enumerate(callbacks):
+        if type(callback) is TQDMProgressBar:  # the default one, not a bar the user chose
+            callbacks[index] = RoundProgressBar(refresh_rate=callback.refresh_rate)
+
+
+def summary(trainer: pl.Trainer, module) -> str:
+    """``fl-lightning: N rounds, final val/acc …, test/acc …, comm/upload_d …, run dir …``."""
+    metrics = trainer.callback_metrics
+    accuracy = {key: f"{float(metrics[key]):.4f}" if key in metrics else "n/a" for key in ("val/acc", "test/acc")}
+    if module.loop is None:  # ddp_spawn: the rounds ran in spawned processes, their logs hold the run
+        return f"fl-lightning: done in spawned processes, final val/acc {accuracy['val/acc']}, test/acc {accuracy['test/acc']}"
+    return (f"fl-lightning: {trainer.current_epoch} rounds, final val/acc {accuracy['val/acc']}, test/acc "
+            f"{accuracy['test/acc']}, comm/upload_d {module.loop.comm.upload_d:.2f}, run dir "
+            f"{os.path.abspath(trainer.log_dir or '.')}")
