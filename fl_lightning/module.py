@@ -235,10 +235,11 @@ class FederatedModule(pl.LightningModule):
 
     def on_train_end(self):
         """Every fit leaves accuracy_vs_upload_d.png in its run directory (and, from Python, its summary line)."""
+        line = summary(self.trainer, self) if self.prints_summary else None  # log_dir: a collective, every rank
         if not self.trainer.is_global_zero:
             return
-        if self.prints_summary:
-            print(summary(self.trainer, self))
+        if line is not None:
+            print(line)
         datamodule = self.trainer.datamodule
         title = f"{self.algorithm.name}, {datamodule.dataset}, {self.current_epoch} rounds"
         val_is_test = datamodule.split.val_x is None
