@@ -28,6 +28,7 @@ from lightning_fabric.utilities.exceptions import MisconfigurationException
 
 from fl_lightning.algorithms import algorithms_with
 from fl_lightning.compression import CODECS
+from fl_lightning.algorithms.describe import fit_description
 from fl_lightning.algorithms.names import algorithm_name, expand_args, load_yaml
 from fl_lightning.blocks import partition_for
 from fl_lightning.checkpoint_io import load_weights_only, refuse_before_algorithm_objects
@@ -215,7 +216,8 @@ class FederatedCLI(LightningCLI):
         super().__init__(FederatedModule, FederatedDataModule, trainer_defaults=TRAINER_DEFAULTS,
                          seed_everything_default=0, save_config_callback=SaveRunConfig,
                          save_config_kwargs={"save_to_log_dir": False}, auto_configure_optimizers=False,
-                         parser_kwargs={"exit_on_error": False, "parser_mode": "fl_yaml"}, args=args, run=run)
+                         parser_kwargs={"exit_on_error": False, "parser_mode": "fl_yaml",
+                                        "fit": {"description": fit_description()}}, args=args, run=run)
 
     def before_instantiate_classes(self) -> None:
         """W&B runs are named <logger name or config file>-<algorithm>-seed<seed> and grouped by every

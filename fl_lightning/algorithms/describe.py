@@ -100,3 +100,14 @@ def markdown_table() -> str:
         upload = entry.upload.replace("|", "\\|")
         rows.append(f"| `{name}` | {entry.summary} | {where} | {options} | {upload} |")
     return "\n".join(rows)
+
+
+def fit_description() -> str:
+    """What ``fit --help`` shows first: the algorithms and the options most runs set."""
+    names = "; ".join(f"{name}: {entry.summary}" for name, entry in REGISTRY.items())
+    return ("Train; one epoch is one communication round. Algorithm: --model.algorithm NAME "
+            "[--model.algorithm.OPTION VALUE] (fl-lightning algorithms NAME lists its options), NAME one of — "
+            f"{names}. Main options: --model.clients_per_round S, --model.local_epochs E, --model.batch_size B, "
+            "--model.lr, --model.compression topk|randk|qsgd, --model.max_upload_d, --data.dataset, "
+            "--data.num_clients M, --data.dirichlet_rho, --trainer.max_epochs (rounds), --seed_everything, "
+            "--ckpt_path last (resume this run). Every option follows.")
