@@ -17,11 +17,11 @@ class Probe(FLCallback):
     def __init__(self):
         self.start, self.last_mark, self.rows = None, None, []
 
-    def on_round_end(self, loop, plan):
+    def on_round_end(self, round):
         now = time.perf_counter()
         if self.start is None:
             self.start = self.last_mark = now
-        rounds = plan.round + 1
+        rounds = round.round + 1
         if rounds in MARKS:
             peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             previous = max([m for m in MARKS if m < rounds] or [1])
