@@ -67,6 +67,7 @@ def fl_rounds(x, y, rounds: int, algorithm: str = "fedavg") -> list[float]:
     data = FederatedDataModule.from_tensors(split, clients)
     module = FederatedModule(LeNet5(), algorithm=algorithm, clients_per_round=CLIENTS, local_epochs=1,
                              batch_size=BATCH, lr=LR, weight_decay=WD)
+    module.prints_summary = False  # a timed round, not a run to report
     timer = RoundTimer()
     trainer = pl.Trainer(max_epochs=rounds, accelerator="cpu", logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
