@@ -38,7 +38,10 @@ def run_metrics(args: list[str]) -> dict:
     return {"rows": rows, "weights_sha256": hashlib.sha256(weights.numpy().tobytes()).hexdigest()}
 
 
-if __name__ == "__main__" and sys.argv[1:] == ["record"]:
+if __name__ == "__main__" and sys.argv[1:2] == ["record"]:
+    if GOLDEN.exists() and "--force" not in sys.argv:
+        sys.exit(f"{GOLDEN} holds the metrics from before the algorithm API refactor; re-recording them would "
+                 "make the test compare the code with itself (add --force only on purpose)")
     cases = {name: ["--model.algorithm", name] for name in PRESETS}
     cases.update({  # options that are not the presets' defaults, in the pre-refactor spelling
         "fedprox_mu0.5": ["--model.algorithm", "fedprox", "--model.fedprox_mu", "0.5"],
