@@ -38,7 +38,7 @@ def finish(fig, axes, prefix: str) -> None:
     """Legend below the data, then ``prefix``.png (300 dpi) and ``prefix``.pdf, each written whole."""
     for ax in axes:
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=7, frameon=False)
+            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=7, frameon=False)
         ax.grid(alpha=0.3)
     fig.tight_layout()
     for suffix, dpi in ((".png", 300), (".pdf", None)):
