@@ -18,7 +18,7 @@ An ``FLCallback`` is an ordinary Lightning ``Callback`` (so Lightning saves its
     on_round_end(round)
 
 A round in which no client reports skips the server hooks: nothing changes. A callback keeps
-per-client scratch in its own fields keyed by ``client.client_id``, per-client vectors kept across
+per-client scratch in ``client.scratch[self]`` (its own key; gone with the client's round), per-client vectors kept across
 rounds in the client-state store (declare a table in ``configure_round``, read it in
 ``on_client_start``, write it in ``on_client_reported``), and values the server derives from a
 reported upload in ``received.add_sum`` on a channel declared in ``round.channels``. Under DDP the

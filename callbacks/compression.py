@@ -35,10 +35,8 @@ class CompressedUpload(FLCallback):
                               f"QSGD), got {type(codec).__name__}")
         self.codec = codec
         self.residuals = {}  # channel → its client-state table of e_i (error feedback)
-        self._kept: dict[int, dict[str, torch.Tensor]] = {}  # client id → its new e_i per channel, until reported
 
     def configure_round(self, round):
-        self._kept = {}
         if self.codec.error_feedback:
             sizes = {"delta": round.numel, "control": round.num_params}
             self.residuals = {channel: round.client_state.table(f"residual_{channel}", size)
@@ -62,10 +60,10 @@ class CompressedUpload(FLCallback):
                     residual[a:b] = error[offset:offset + b - a].cpu()
                     offset += b - a
                 kept[channel] = residual
-        self._kept[client.client_id] = kept
+        client.scratch[self] = kept  # channel → the client's new e_i, written once its upload arrives
 
     def on_client_reported(self, client):
-        for channel, residual in self._kept.pop(client.client_id, {}).items():
+        for channel, residual in client.scratch.get(self, {}).items():
             self.residuals[channel].write(client.client_id, residual)
 
     def state_dict(self) -> dict:

@@ -71,7 +71,6 @@ class ControlVariates(FLCallback):
         self.server_control: Optional[torch.Tensor] = None  # c
         self.server_rounds = 0  # server updates of c so far (the authors' first one is undamped)
         self._coefficients: Optional[torch.Tensor] = None
-        self._clients: dict[int, ClientControls] = {}
 
     # -- client ---------------------------------------------------------------------------
     def configure_round(self, round):
@@ -81,34 +80,33 @@ class ControlVariates(FLCallback):
         self.server_control = self.server_control.to(round.device)
         if self._coefficients is None or self._coefficients.device != round.device:
             self._coefficients = self._coefficient_vector(round)
-        self._clients = {}
 
     def on_client_start(self, client):
         c = self.server_control
         client.download.add("control", 0, c)
         c_i = self.client_controls.read(client.client_id).to(c.device)
-        self._clients[client.client_id] = ClientControls(c_i, c - c_i)
+        client.scratch[self] = ClientControls(c_i, c - c_i)
         if self.option == "option1" and self.rule == "spec":
             client.full_gradient()  # while the working model is still x^r
 
     def on_local_gradient(self, client):
         if self.rule == "spec":
-            client.grad.add_(self._clients[client.client_id].correction)
+            client.grad.add_(client.scratch[self].correction)
 
     def on_local_step_end(self, client):
         if self.rule == "authors":
-            client.params.sub_(self._clients[client.client_id].correction)
+            client.params.sub_(client.scratch[self].correction)
 
     def refreshed(self, client) -> torch.Tensor:
         """c_i⁺ (module docstring), after the local steps."""
-        c_i, c = self._clients[client.client_id].c_i, self.server_control
+        c_i, c = client.scratch[self].c_i, self.server_control
         if self.rule == "spec" and self.option == "option1":
             return client.full_gradient() + client.weight_decay * client.global_params
         steps = client.steps * (client.lr if self.rule == "spec" else 1.0)
         return c_i - c + (client.global_params - client.params) / steps
 
     def on_client_end(self, client):
-        controls = self._clients[client.client_id]
+        controls = client.scratch[self]
         c_i, new = controls.c_i, self.refreshed(client)
         sent = new - (self.server_control if self.rule == "authors" else c_i)
         kept = c_i.clone() if self.keep == "uploaded" else new
@@ -120,7 +118,7 @@ class ControlVariates(FLCallback):
         controls.kept = kept
 
     def on_client_reported(self, client):
-        controls = self._clients.pop(client.client_id)
+        controls = client.scratch[self]
         self._keep_what_the_server_decoded(client, controls)
         self.client_controls.write(client.client_id, controls.kept)
 

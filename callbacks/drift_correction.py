@@ -57,7 +57,6 @@ class DriftCorrection(FLCallback):
         self.alpha, self.scale_alpha_by_size = alpha, scale_alpha_by_size
         self.server_control: Optional[torch.Tensor] = None  # c
         self.drift_sum: Optional[torch.Tensor] = None  # Σ over all M clients of h_i
-        self._clients: dict[int, ClientDrift] = {}
 
     def configure_round(self, round):
         d, device = round.num_params, round.device
@@ -68,7 +67,6 @@ class DriftCorrection(FLCallback):
         self.client_controls = round.client_state.table("feddc_control", d)  # c_i
         round.channels.update(drift_change=d, control_change=d)  # server-side sums of the round's changes
         self._mean_size = round.total_samples / round.num_clients
-        self._clients = {}
 
     def on_client_start(self, client):
         c = self.server_control
@@ -76,14 +74,14 @@ class DriftCorrection(FLCallback):
         c_i = self.client_controls.read(client.client_id).to(c.device)
         h_i = self.client_drifts.read(client.client_id).to(c.device)
         alpha = self.alpha * self._mean_size / client.num_samples if self.scale_alpha_by_size else self.alpha
-        self._clients[client.client_id] = ClientDrift(c_i, h_i, alpha, alpha * (h_i - client.global_params) + c - c_i)
+        client.scratch[self] = ClientDrift(c_i, h_i, alpha, alpha * (h_i - client.global_params) + c - c_i)
 
     def on_local_gradient(self, client):
-        state = self._clients[client.client_id]
+        state = client.scratch[self]
         client.grad.add_(client.params, alpha=state.alpha).add_(state.correction)
 
     def on_client_reported(self, client):
-        state = self._clients.pop(client.client_id)
+        state = client.scratch[self]
         change = client.params - client.global_params
         new_control = state.control - self.server_control - change / (client.steps * client.lr)
         client.received.add_sum("control_change", new_control - state.control)

@@ -14,7 +14,7 @@ Each is built by ``fl_lightning.loop.FederatedLoop``, or by hand in a test (``fl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -55,22 +55,26 @@ class RoundContext:
     client_state: ClientStateStore  # declare per-client tables here: client_state.table(name, size)
     device: torch.device
     total_samples: int  # Σ n_i over all M clients
-    weighted_aggregation: bool  # Δ̄ weights each client's update by n_i (else 1)
 
 
 class ClientContext:
     """One client of one round while it trains. ``params``/``grad`` are the working model's flat
     parameter vector and its gradient (views: change them in place), ``vector`` the parameters and
-    floating buffers, ``global_vector`` x^r (read only). In ``on_client_reported``, ``received`` holds
-the round's sums: ``received.add_sum(channel, values)`` adds what the server derives from this
-upload (the channel declared in ``round.channels``)."""
+    floating buffers, ``global_vector`` x^r (read only), ``weight`` the weight of its update in Δ̄
+    (n_i with weighted aggregation, else 1). In ``on_client_reported``, ``received`` holds the
+    round's sums: ``received.add_sum(channel, values)`` adds what the server derives from this upload
+    (the channel declared in ``round.channels``).
+
+    ``scratch`` holds each callback's per-client values for this round, keyed by the callback itself
+    (``client.scratch[self] = ClientControls(...)``): they live exactly as long as the client's round."""
 
     def __init__(self, task: ClientTask, round_idx: int, lr: float, weight_decay: float, momentum: float,
-                 vector: torch.Tensor, grad: torch.Tensor, global_vector: torch.Tensor,
-                 full_gradient: Optional[Callable[[], torch.Tensor]] = None,
-                 gradient_at_global: Optional[Callable[[], torch.Tensor]] = None):
+                 weight: float, vector: torch.Tensor, grad: torch.Tensor, global_vector: torch.Tensor,
+                 full_gradient: Optional[Callable[["ClientContext"], torch.Tensor]] = None,
+                 gradient_at_global: Optional[Callable[["ClientContext"], torch.Tensor]] = None):
         self.task = task
         self.round, self.lr, self.weight_decay, self.momentum = round_idx, lr, weight_decay, momentum
+        self.weight = weight
         self.vector, self.grad, self.global_vector = vector, grad, global_vector
         self.num_params = grad.numel()
         self.params = vector[:self.num_params]
@@ -80,6 +84,8 @@ upload (the channel declared in ``round.channels``)."""
         self.batch_rng_state: Optional[torch.Tensor] = None  # the global RNG before the batch's forward
         self.steps = 0  # local steps taken so far (T once training ended)
         self.received: Optional[ReceivedSums] = None  # the round's sums, set once the upload arrived
+        self.scratch: dict[object, Any] = {}
+        self.full_gradient_value: Optional[torch.Tensor] = None  # ∇f_i(x^r), once computed
         self._full_gradient, self._gradient_at_global = full_gradient, gradient_at_global
 
     @property
@@ -97,16 +103,18 @@ upload (the channel declared in ``round.channels``)."""
     def full_gradient(self) -> torch.Tensor:
         """∇f_i(x^r) over all the client's data, computed once per round: call it first in
         ``on_client_start``, while the working model is still x^r."""
-        if self._full_gradient is None:
-            raise RuntimeError("this ClientContext was built without a full_gradient function")
-        return self._full_gradient()
+        if self.full_gradient_value is None:
+            if self._full_gradient is None:
+                raise RuntimeError("this ClientContext was built without a full_gradient function")
+            self.full_gradient_value = self._full_gradient(self)
+        return self.full_gradient_value
 
     def gradient_at_global(self) -> torch.Tensor:
         """∇f_i(x^r; ζ) for the current minibatch ζ (same inputs, same dropout mask); needs
         ``replays_minibatch = True`` on the calling callback."""
         if self._gradient_at_global is None:
             raise RuntimeError("this ClientContext was built without a gradient_at_global function")
-        return self._gradient_at_global()
+        return self._gradient_at_global(self)
 
 
 @dataclass

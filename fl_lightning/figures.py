@@ -7,13 +7,12 @@ import hashlib
 import os
 import re
 
+from fl_lightning.options import ALGORITHM_ORDER
+
 AXES = {"comm/upload_d": "floats uploaded per client (× d)", "round": "communication round",
         "time/wall_s": "training wall time (s)", "val/acc": "validation accuracy", "test/acc": "test accuracy",
         "train/objective": "training objective"}
 X_AXES = {"upload_d": "comm/upload_d", "round": "round", "wall_time": "time/wall_s"}
-# The built-in algorithms in a fixed order, so that each keeps its colour whatever else a plot shows.
-KNOWN = ["fedavg", "fedavgm", "fedadam", "fedyogi", "fedprox", "scaffold", "feddc", "feddyn", "fednova", "fedbcgd",
-         "fedbcgd_freezing", "fedbcgd_plus", "topk", "fedpaq", "fedbcgd_qsgd", "fedbcgd_plus_qsgd", "centralized"]
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#000000"]
 
@@ -24,13 +23,13 @@ def algorithm_in(label: str) -> str:
     match = re.search(r"algorithm=([\w.+]+)", label)
     name = (match.group(1) if match else re.split(r"[,\s]", label.strip())[0]).rsplit(".", 1)[-1]
     squashed = name.lower().replace("_", "")
-    return next((known for known in KNOWN if known.replace("_", "") == squashed), name.lower())
+    return next((known for known in ALGORITHM_ORDER if known.replace("_", "") == squashed), name.lower())
 
 
 def colour_of(label: str) -> str:
     name = algorithm_in(label)
-    if name in KNOWN:
-        return PALETTE[KNOWN.index(name)]
+    if name in ALGORITHM_ORDER:
+        return PALETTE[ALGORITHM_ORDER.index(name)]
     return PALETTE[int(hashlib.sha1(name.encode()).hexdigest(), 16) % len(PALETTE)]
 
 

@@ -9,7 +9,6 @@ import glob
 import hashlib
 import json
 import netrc
-import importlib
 import importlib.util
 import inspect
 import os
@@ -29,7 +28,7 @@ from lightning_fabric.utilities.exceptions import MisconfigurationException
 from fl_lightning.algorithms import algorithms_with
 from fl_lightning.compression import CODECS
 from fl_lightning.algorithms.describe import fit_description
-from fl_lightning.algorithms.names import algorithm_name, expand_args, load_yaml
+from fl_lightning.algorithms.names import algorithm_name, class_path, expand_args, import_class, load_yaml
 from fl_lightning.blocks import partition_for
 from fl_lightning.checkpoint_io import load_weights_only, refuse_before_algorithm_objects
 from fl_lightning.data.datamodule import FederatedDataModule
@@ -72,10 +71,10 @@ def check_checkpoint(path: Optional[str]) -> Optional[dict]:
                       "by fl-lightning fit")
 
 
-def newest_checkpoint(trainer_config, identity: str) -> Optional[str]:
+def newest_checkpoint(trainer_config, identity: str) -> tuple[Optional[str], Optional[dict]]:
     """``ckpt_path: last``: the newest checkpoint that an earlier piece of this same run wrote
     (<save_dir>/<name>/<version>/checkpoints/*.ckpt with run id ``identity``), so a killed run resumes
-    with the same command plus ``--ckpt_path last``; None if there is none."""
+    with the same command plus ``--ckpt_path last``: its path and contents (memory-mapped), or Nones."""
     loggers = trainer_config.get("logger")
     found = []
     for logger in loggers if isinstance(loggers, list) else [loggers]:
@@ -91,8 +90,8 @@ def newest_checkpoint(trainer_config, identity: str) -> Optional[str]:
         except Exception:  # a half-written or foreign file is not this run's
             continue
         if (checkpoint.get("federated") or {}).get("run_id") == identity:
-            return path
-    return None
+            return path, checkpoint
+    return None, None
 
 
 def check_same_network(checkpoint: dict, model: FederatedModule) -> None:
@@ -140,12 +139,8 @@ def plain(value):
 
 def canonical(path: str) -> str:
     """``fl_lightning.algorithms.FedBCGD`` (re-exported) → ``fl_lightning.algorithms.fedbcgd.FedBCGD``."""
-    module_name, _, name = path.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError, ValueError):
-        return path
-    return f"{cls.__module__}.{cls.__qualname__}"
+    cls = import_class(path)
+    return path if cls is None else class_path(cls)
 
 
 def differences(field: str, now, before):
@@ -240,10 +235,12 @@ class FederatedCLI(LightningCLI):
         try:
             super().instantiate_classes()
         except (ValueError, TypeError) as err:
-            found = re.search(r"(\w+\(\w+=\.\.\.\): [^\n]*)", str(err))
-            if found is None:
+            cause = err
+            while cause is not None and not isinstance(cause, FLUserError):
+                cause = cause.__cause__ or cause.__context__
+            if cause is None:
                 raise
-            raise FLUserError(found.group(1)) from None
+            raise cause from None
 
     def instantiate_trainer(self, **kwargs):
         """Adds the round progress bar (fl_lightning.progress) unless the config disables bars or brings one."""
@@ -269,13 +266,14 @@ class FederatedCLI(LightningCLI):
         check_before_any_directory(config.get("trainer") or {})
         self.name_the_run(config)
         if config.get("ckpt_path") == "last" and self.config.subcommand == "fit":
-            newest = newest_checkpoint(config.get("trainer") or {}, self.run_id)
+            newest, self.checkpoint = newest_checkpoint(config.get("trainer") or {}, self.run_id)
             if newest is not None:
                 print(f"fl-lightning: resuming from {newest}")
             else:
                 print(f"fl-lightning: no checkpoint of this run (run id {self.run_id}) to resume; starting it at round 1")
             config["ckpt_path"] = newest
-        self.checkpoint = check_checkpoint(config.get("ckpt_path"))
+        else:
+            self.checkpoint = check_checkpoint(config.get("ckpt_path"))
         if self.checkpoint is None:
             return
         refuse_before_algorithm_objects(self.checkpoint, config.get("ckpt_path"))
@@ -389,8 +387,4 @@ def chosen_class(args: list[str], group: str) -> Optional[type]:
     paths = [args[i + 1] for i, arg in enumerate(args[:-1]) if arg == f"--model.{group}"]
     if not paths or paths[-1] in ("null", None):
         return None
-    module_name, _, name = paths[-1].rpartition(".")
-    try:
-        return getattr(importlib.import_module(module_name), name) if module_name else None
-    except (ImportError, AttributeError, ValueError):
-        return None
+    return import_class(paths[-1])

@@ -150,7 +150,7 @@ class FederatedLoop:
         plan = RoundContext(round_idx, self.optimizer.param_groups[0]["lr"], tasks,
                             {"delta": self.flat.numel, "control": self.flat.num_params}, len(self.clients),
                             self.flat.num_params, self.flat.numel, self.blocks, self.client_state, self.flat.device,
-                            self.clients.offsets[-1], self.config.weighted_aggregation)
+                            self.clients.offsets[-1])
         self._call("configure_round", plan)
         self.client_state.begin_round(round_idx, [client.client_id for client in plan.clients])
         return plan
@@ -170,12 +170,13 @@ class FederatedLoop:
             elif not client.upload.is_finite():  # dropped, not averaged into the model
                 tally.non_finite[position] = 1
             else:
-                received.add(client.upload, delta_weight=task.num_samples if self.config.weighted_aggregation else 1.0)
+                received.add(client.upload, delta_weight=client.weight)
                 client.received = received
                 self._call("on_client_reported", client)
                 tally.add_loss(loss_sum, client.steps)
             tally.upload_bytes[position] = 0 if task.pooled or task.lost else client.upload.nbytes
             tally.download_bytes[position] = 0 if task.pooled else client.download.nbytes
+            del client  # its upload and scratch go now, not while the next client trains
         committed = tally.all_reduce(self.collective, received, plan, self.client_state.written())
         self.client_state.end_round(committed)
         lost, non_finite = int(tally.lost.sum()), int(tally.non_finite.sum())
@@ -204,11 +205,10 @@ class FederatedLoop:
         """y ← x^r, local training, upload: the client's context and its summed local loss."""
         self.flat.load(self.global_vector)  # y ← x^r
         group = self.optimizer.param_groups[0]
-        cache: dict[str, torch.Tensor] = {}
+        weight = task.num_samples if self.config.weighted_aggregation else 1.0
         client = ClientContext(task, plan.round, plan.lr, group.get("weight_decay", 0.0), group.get("momentum", 0.0),
-                               self.flat.vector, self.flat.grad, self.global_vector,
-                               full_gradient=lambda: self.full_gradient(task, cache),
-                               gradient_at_global=lambda: self.gradient_at_global(client))
+                               weight, self.flat.vector, self.flat.grad, self.global_vector,
+                               full_gradient=self.full_gradient, gradient_at_global=self.gradient_at_global)
         client.download.add("model", 0, self.global_vector)
         self.optimizer.state.clear()  # a fresh local optimizer for every client
         with isolated_rng(self.flat.device):  # dropout draws from the client's own streams only
@@ -257,24 +257,22 @@ class FederatedLoop:
         return loss_sum
 
     # -- gradients at the downloaded model (SVRG, control-variate option I) ---------------
-    def full_gradient(self, task: ClientTask, cache: dict) -> torch.Tensor:
+    def full_gradient(self, client: ClientContext) -> torch.Tensor:
         """∇f_i(x^r): the mean loss gradient over all of the client's data, at the downloaded
-        model; one pass, computed once per client and round (kept in ``cache``). Call it while the
+        model; one pass (``ClientContext.full_gradient`` keeps it for the round). Call it while the
         working model is still x^r (``on_client_start``)."""
-        if "full_gradient" not in cache:
-            x, y = self.data_of(task)
-            augmentation = generator(stream_seed(task.seed, Stream.FULL_GRADIENT_AUGMENTATION), x.device)
-            seed_global_rng(stream_seed(task.seed, Stream.FULL_GRADIENT_DROPOUT), x.device)
-            total = torch.zeros_like(self.flat.grad)
-            for start in range(0, len(y), self.config.batch_size):
-                xb = self.clients.prepare(x[start:start + self.config.batch_size], augmentation)
-                yb = y[start:start + self.config.batch_size]
-                with self.forward_context():
-                    loss = self.loss_fn(xb, yb)
-                total.add_(self.flat.backward(loss, out=self._scratch_grad()), alpha=len(yb) / len(y))
-            self.flat.load(self.global_vector)  # undo what the pass did to BatchNorm statistics
-            cache["full_gradient"] = total
-        return cache["full_gradient"]
+        x, y = self.data_of(client.task)
+        augmentation = generator(stream_seed(client.task.seed, Stream.FULL_GRADIENT_AUGMENTATION), x.device)
+        seed_global_rng(stream_seed(client.task.seed, Stream.FULL_GRADIENT_DROPOUT), x.device)
+        total = torch.zeros_like(self.flat.grad)
+        for start in range(0, len(y), self.config.batch_size):
+            xb = self.clients.prepare(x[start:start + self.config.batch_size], augmentation)
+            yb = y[start:start + self.config.batch_size]
+            with self.forward_context():
+                loss = self.loss_fn(xb, yb)
+            total.add_(self.flat.backward(loss, out=self._scratch_grad()), alpha=len(yb) / len(y))
+        self.flat.load(self.global_vector)  # undo what the pass did to BatchNorm statistics
+        return total
 
     def gradient_at_global(self, client: ClientContext) -> torch.Tensor:
         """∇f_i(x^r; ζ) for the current minibatch ζ — the same augmented inputs and the same dropout

@@ -2,10 +2,10 @@
 the range checks, one line each, done once where the module is built."""
 from __future__ import annotations
 
-import importlib
 from typing import Optional, Union
 
 from fl_lightning.algorithms import Algorithm, create
+from fl_lightning.algorithms.names import import_class
 from fl_lightning.compression import CODECS, Codec
 from fl_lightning.errors import ConfigError, check_accuracy
 
@@ -41,12 +41,8 @@ def resolve(algorithm: Union[Algorithm, str, None], compression: Union[Codec, st
 
 def from_spec(spec: dict, base: type, field: str):
     """``{class_path, init_args}`` → the object, if the class is a ``base``."""
-    module_name, _, class_name = str(spec.get("class_path", "")).rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError, ValueError):
-        cls = None
-    if not (isinstance(cls, type) and issubclass(cls, base)):
+    cls = import_class(spec.get("class_path"))
+    if cls is None or not issubclass(cls, base):
         raise ConfigError(field, f"cannot import {spec.get('class_path')!r} as a {base.__name__}")
     return cls(**(spec.get("init_args") or {}))
 

@@ -44,8 +44,13 @@ def _value_at(config: dict, key: str):
 
 
 def _short(value) -> str:
-    text = value.rsplit(".", 1)[-1] if isinstance(value, str) and value.count(".") > 1 else json.dumps(value) \
-        if isinstance(value, (dict, list)) else str(value)
+    """A value as a directory name: a class path by its class name, lists and dicts as JSON."""
+    if isinstance(value, str) and value.count(".") > 1:
+        text = value.rsplit(".", 1)[-1]
+    elif isinstance(value, (dict, list)):
+        text = json.dumps(value)
+    else:
+        text = str(value)
     return text.replace("/", "_").replace(" ", "")
 
 

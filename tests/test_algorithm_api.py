@@ -17,6 +17,7 @@ from fl_lightning.callbacks import ControlVariates
 from fl_lightning.cli import main
 from fl_lightning.compression import QSGD
 from fl_lightning.errors import ConfigError
+from fl_lightning.options import ALGORITHM_ORDER
 from fl_lightning.toy import ToyFederation
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +29,7 @@ def test_readme_algorithm_table_is_the_registry():
     assert markdown_table() in readme
     listed = re.findall(r"^\| `(\w+)` \|", readme.split("<!-- algorithm table")[1].split("\n\n")[0], re.M)
     assert listed == list(REGISTRY)
+    assert set(ALGORITHM_ORDER) == set(REGISTRY)  # every algorithm has its place (and its plot colour)
 
 
 def test_algorithms_command_lists_every_algorithm_and_one_algorithms_options():

@@ -19,10 +19,9 @@ from fl_lightning.algorithms.fedprox import FedProx
 from fl_lightning.algorithms.scaffold import SCAFFOLD
 from fl_lightning.algorithms import compressed  # noqa: F401  (registers topk, fedpaq, fedbcgd_qsgd, ...)
 from fl_lightning.compression import CODECS, Codec
+from fl_lightning.options import ALGORITHM_ORDER
 
-ORDER = ["fedavg", "fedavgm", "fedadam", "fedyogi", "fedprox", "scaffold", "feddc", "feddyn", "fednova", "fedbcgd",
-         "fedbcgd_freezing", "fedbcgd_plus", "topk", "fedpaq", "fedbcgd_qsgd", "fedbcgd_plus_qsgd", "centralized"]
-REGISTRY.update({name: REGISTRY.pop(name) for name in ORDER if name in REGISTRY})  # the README's order first
+REGISTRY.update({name: REGISTRY.pop(name) for name in ALGORITHM_ORDER if name in REGISTRY})  # the README's order
 
 
 def get(name: str) -> Entry:

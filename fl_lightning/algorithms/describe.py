@@ -5,9 +5,8 @@ from __future__ import annotations
 import inspect
 import re
 
-import importlib
-
 from fl_lightning.algorithms import REGISTRY, Algorithm, Entry, get
+from fl_lightning.algorithms.names import import_class
 from fl_lightning.compression import CODECS
 
 
@@ -38,12 +37,8 @@ def entry_for(name: str) -> Entry:
         if entry.codec is None and name in (entry.algorithm.__name__, f"{entry.algorithm.__module__}."
                                                                        f"{entry.algorithm.__qualname__}"):
             return entry
-    module_name, _, class_name = name.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module_name), class_name) if module_name else None
-    except (ImportError, AttributeError, ValueError):
-        cls = None
-    if isinstance(cls, type) and issubclass(cls, Algorithm):
+    cls = import_class(name)
+    if cls is not None and issubclass(cls, Algorithm):
         return Entry(name, cls, None, cls.summary, cls.upload)
     return get(name)  # one line naming the choices
 

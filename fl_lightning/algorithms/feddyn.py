@@ -29,7 +29,6 @@ class DynamicRegularizer(FLCallback):
     def __init__(self, alpha: float):
         self.alpha = alpha
         self.h: Optional[torch.Tensor] = None
-        self._gradients: dict[int, torch.Tensor] = {}  # this round: client id → g_i as read
 
     def configure_round(self, round):
         if self.h is None:
@@ -37,19 +36,18 @@ class DynamicRegularizer(FLCallback):
         self.h = self.h.to(round.device)
         self.table = round.client_state.table("feddyn_gradient", round.num_params)
         round.channels["feddyn_delta"] = round.num_params
-        self._gradients = {}
 
     def on_client_start(self, client):
-        self._gradients[client.client_id] = self.table.read(client.client_id).to(client.grad.device)
+        g_i = self.table.read(client.client_id).to(client.grad.device)
+        client.scratch[self] = (g_i, -g_i - self.alpha * client.global_params)  # g_i, and the step's y-free part
 
     def on_local_gradient(self, client):
-        g_i = self._gradients[client.client_id]
-        client.grad.sub_(g_i).add_(client.params - client.global_params, alpha=self.alpha)
+        client.grad.add_(client.params, alpha=self.alpha).add_(client.scratch[self][1])  # no allocation per step
 
     def on_client_reported(self, client):
         change = client.params - client.global_params
         client.received.add_sum("feddyn_delta", change)
-        self.table.write(client.client_id, self._gradients.pop(client.client_id) - self.alpha * change)
+        self.table.write(client.client_id, client.scratch[self][0] - self.alpha * change)
 
     def on_server_update(self, server):
         self.h.sub_(server.received.sum("feddyn_delta"), alpha=self.alpha / server.num_clients)

@@ -31,7 +31,6 @@ class NormalizedAveraging(FLCallback):
     """FedNova's normalised upload and τ_eff-scaled server update."""
 
     def configure_round(self, round):
-        self.weighted = round.weighted_aggregation
         round.channels.update(steps=1, weighted_steps=1)
 
     def on_client_end(self, client):
@@ -44,9 +43,8 @@ class NormalizedAveraging(FLCallback):
         client.upload.add("steps", 0, torch.tensor([a_i], device=client.vector.device))
 
     def on_client_reported(self, client):
-        weight = client.num_samples if self.weighted else 1.0
         (a_i,) = [part.values() for part in client.upload.parts if part.channel == "steps"]  # as the server got it
-        client.received.add_sum("weighted_steps", weight * a_i)
+        client.received.add_sum("weighted_steps", client.weight * a_i)  # p_i ∝ Δ̄'s weight of this client
 
     def on_server_update(self, server):
         total_weight = server.received.weight("delta")[0]

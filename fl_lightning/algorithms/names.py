@@ -6,6 +6,7 @@ switches compression off unless the command gives ``--model.compression`` itself
 (``--model.algorithm FedProx``) and class paths pass through unchanged."""
 from __future__ import annotations
 
+import importlib
 from typing import Optional
 
 import yaml
@@ -19,6 +20,16 @@ ALGORITHM, COMPRESSION, HELP = "--model.algorithm", "--model.compression", "--mo
 
 def class_path(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def import_class(path: Optional[str]) -> Optional[type]:
+    """The class at a dotted path, or None where nothing importable is there."""
+    module_name, _, name = str(path or "").rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module_name), name) if module_name else None
+    except (ImportError, AttributeError, ValueError):
+        return None
+    return found if isinstance(found, type) else None
 
 
 def codec_path(name: Optional[str]) -> Optional[str]:
@@ -38,40 +49,19 @@ def expand_args(args: list[str]) -> list[str]:
     """The command line with registry names replaced (module docstring), and every
     ``--model.algorithm.OPTION`` / ``--model.compression.OPTION`` moved after the class it belongs to
     (jsonargparse applies an option to the class chosen so far)."""
-    return _options_after_their_class(_expand_names(args))
-
-
-def _options_after_their_class(args: list[str]) -> list[str]:
     out, held = [], {ALGORITHM: [], COMPRESSION: []}
+    gives_compression = any(a == COMPRESSION or a.startswith(COMPRESSION + "=") for a in args)
     index = 0
     while index < len(args):
-        arg = args[index]
-        key, inline, _ = arg.partition("=")
-        owner = next((o for o in (ALGORITHM, COMPRESSION) if key.startswith(o + ".") and key != HELP), None)
-        width = 1 if inline or owner is None and key not in (ALGORITHM, COMPRESSION) else 2
-        words = args[index:index + width]
-        index += width
-        if owner is not None:
-            held[owner].extend(words)
-        else:
-            out.extend(words)
-    for owner, words in held.items():
-        last = max((i for i, word in enumerate(out) if word == owner), default=None)
-        position = len(out) if last is None else last + 2
-        out[position:position] = words
-    return out
-
-
-def _expand_names(args: list[str]) -> list[str]:
-    out, index = [], 0
-    gives_compression = any(a == COMPRESSION or a.startswith(COMPRESSION + "=") for a in args)
-    while index < len(args):
-        arg = args[index]
-        key, inline, value = arg.partition("=")
-        if not inline and key in (ALGORITHM, COMPRESSION, HELP) and index + 1 < len(args):
+        key, inline, value = args[index].partition("=")
+        owner = next((o for o in held if key.startswith(o + ".") and key != HELP), None)
+        takes_value = key in (ALGORITHM, COMPRESSION, HELP) or owner is not None
+        if takes_value and not inline and index + 1 < len(args):
             value, index = args[index + 1], index + 1
         index += 1
-        if key == ALGORITHM and _is_name(value):
+        if owner is not None:
+            held[owner] += [key, value] if value or inline else [key]
+        elif key == ALGORITHM and _is_name(value):
             entry = get(value)
             out += [ALGORITHM, class_path(entry.algorithm)]
             if not gives_compression:
@@ -80,32 +70,40 @@ def _expand_names(args: list[str]) -> list[str]:
             out += [HELP, class_path(get(value).algorithm)]
         elif key == COMPRESSION and _is_name(value):
             out += [COMPRESSION, codec_path(value) or "null"]
-        elif key in (ALGORITHM, COMPRESSION, HELP) and (inline or value):
+        elif takes_value and (value or inline):
             out += [key, value]
         else:
-            out.append(arg)
+            out.append(args[index - 1])
+    for owner, words in held.items():
+        last = max((i for i, word in enumerate(out) if word == owner), default=None)
+        position = len(out) if last is None else last + 2
+        out[position:position] = words
     return out
+
+
+def _named(spec) -> tuple[Optional[str], Optional[dict]]:
+    """(class_path or name, init_args) of a YAML value: a string, or {class_path, init_args}."""
+    if isinstance(spec, dict):
+        return spec.get("class_path"), spec.get("init_args")
+    return spec, None
+
+
+def _spec(path: Optional[str], init_args: Optional[dict]) -> Optional[dict]:
+    return None if path is None else {"class_path": path, **({"init_args": init_args} if init_args else {})}
 
 
 def expand_model_section(model: dict) -> dict:
     """The same for a YAML file's ``model:`` section: ``algorithm: fedbcgd`` or ``algorithm: {class_path:
     fedbcgd, init_args: {...}}``, and ``compression: qsgd`` (or ``{class_path: qsgd, init_args: {...}}``)."""
-    algorithm = model.get("algorithm")
-    name = algorithm.get("class_path") if isinstance(algorithm, dict) else algorithm
+    name, init_args = _named(model.get("algorithm"))
     if _is_name(name):
         entry = get(name)
-        init_args = algorithm.get("init_args") if isinstance(algorithm, dict) else None
-        model["algorithm"] = {"class_path": class_path(entry.algorithm), **({"init_args": init_args} if init_args
-                                                                             else {})}
+        model["algorithm"] = _spec(class_path(entry.algorithm), init_args)
         if "compression" not in model and entry.codec:
-            model["compression"] = {"class_path": codec_path(entry.codec)}
-    compression = model.get("compression")
-    name = compression.get("class_path") if isinstance(compression, dict) else compression
+            model["compression"] = _spec(codec_path(entry.codec), None)
+    name, init_args = _named(model.get("compression"))
     if _is_name(name):
-        path = codec_path(name)
-        init_args = compression.get("init_args") if isinstance(compression, dict) else None
-        model["compression"] = None if path is None else {"class_path": path, **({"init_args": init_args}
-                                                                                   if init_args else {})}
+        model["compression"] = _spec(codec_path(name), init_args)
     return model
 
 
