@@ -41,6 +41,7 @@ from fl_lightning.module_options import check_module_options, check_trainer, cod
 from fl_lightning.models.timm_models import timm_input_config
 from fl_lightning.plot import save_curve
 from fl_lightning.python_api import as_the_cli_does, summary
+from fl_lightning.round_log import RoundLog
 from fl_lightning.run_files import run_dirs
 from fl_lightning.seeding import run_seed
 
@@ -115,16 +116,16 @@ class FederatedModule(pl.LightningModule):
         self.global_vector: Optional[torch.Tensor] = None  # x^r, made with the server optimizer
         self.loop: Optional[FederatedLoop] = None
         self.client_state: Optional[ClientStateStore] = None  # c_i, h_i, e_i of every client, on disk
-        self.upload_d_at_target: Optional[float] = None
+        self.rounds = RoundLog(target_accuracy)  # rows, curve, upload at the target
         self.run_id: Optional[str] = None  # set by the CLI (fl_lightning.run_identity); in every checkpoint
         self.prints_summary = True  # the one-line summary at the end of a Python-API fit (the CLI prints its own)
         self._restored: Optional[dict] = None
         self._val_sums: list[torch.Tensor] = []
         self._val_metrics: dict[str, float] = {}
+        self._validated = False  # this round's validation has ended
         self._eval_mark, self._skip_eval = 0, False  # eval_every_d: multiples of it evaluated so far
         self._round_seconds, self._wall_seconds = 0.0, 0.0  # this round's and all rounds' training wall time
         self._train_logs, self._eval_logs = LoggedValues(), LoggedValues()  # the network's own self.log calls
-        self._curve: dict[str, list] = {"val": [], "test": []}  # (comm/upload_d, accuracy) for the run's PNG
 
     # -- wiring ---------------------------------------------------------------------------
     def _apply(self, fn, *args, **kwargs):
@@ -244,8 +245,8 @@ class FederatedModule(pl.LightningModule):
         title = f"{self.algorithm.name}, {datamodule.dataset}, {self.current_epoch} rounds"
         val_is_test = datamodule.split.val_x is None
         for run_dir in run_dirs(self.trainer):
-            save_curve(os.path.join(run_dir, "accuracy_vs_upload_d.png"), self._curve["val"], self._curve["test"],
-                       title, val_is_test)
+            save_curve(os.path.join(run_dir, "accuracy_vs_upload_d.png"), self.rounds.curve["val"],
+                       self.rounds.curve["test"], title, val_is_test)
 
     def on_train_start(self):
         fl_callbacks = [cb for cb in self.trainer.callbacks if isinstance(cb, FLCallback)]
@@ -262,7 +263,6 @@ class FederatedModule(pl.LightningModule):
                                   self.trainer.precision_plugin.forward_context, self.blocks, self.collective)
         if self._restored is not None:
             self.loop.comm.load_state_dict(self._restored["comm"])
-            self.upload_d_at_target = self._restored["upload_d_at_target"]
 
     @property
     def collective(self) -> Collective:
@@ -275,7 +275,8 @@ class FederatedModule(pl.LightningModule):
 
     def training_step(self, batch, batch_idx):
         round_idx, started = self.current_epoch, time.perf_counter()
-        self._val_metrics = {}
+        self._val_metrics, self._validated = {}, False
+        self.rounds.start_round()
         self.net.train()
         lr = self.loop.optimizer.param_groups[0]["lr"]  # the round's lr: the local lr schedule's
         with logging_into(self.net, self._train_logs):
@@ -295,7 +296,13 @@ class FederatedModule(pl.LightningModule):
             self.trainer.should_stop = True
 
     def on_train_epoch_end(self):
-        """One logger row per round: progress, communication, and the round's validation."""
+        self.log_dict({k: torch.tensor(v, dtype=torch.float64) for k, v in self._write_round_row().items()},
+                      on_step=False, on_epoch=True, logger=False)  # the bar and summary; the loggers have it
+
+    def _write_round_row(self) -> dict:
+        """The round's row (progress, communication, its validation), written once (fl_lightning.round_log)."""
+        if self.rounds.row is not None:
+            return self.rounds.row
         row = {**self._train_logs.pop_means(self.collective), "round": float(self.current_epoch + 1), "lr": self._lr,
                **self.loop.comm.metrics(), **self._val_metrics,
                "time/round_s": self._round_seconds, "time/wall_s": self._wall_seconds}  # the rounds' wall time
@@ -305,17 +312,7 @@ class FederatedModule(pl.LightningModule):
         last = self.trainer.should_stop or (max_rounds is not None and 0 <= max_rounds <= rounds)
         if last or (every and rounds % every == 0):
             row.update(test_metrics(self.net, self.trainer))
-        for key in ("val", "test"):
-            if f"{key}/acc" in row:
-                self._curve[key].append((self.loop.comm.upload_d, row[f"{key}/acc"]))
-        if "val/acc" in self._val_metrics:
-            target = self.hparams.target_accuracy
-            if target is not None and self.upload_d_at_target is None and self._val_metrics["val/acc"] >= target:
-                self.upload_d_at_target = self.loop.comm.upload_d
-                row["comm/upload_d_at_target"] = self.upload_d_at_target
-        # float64, so byte counts and lr stay exact in every logger
-        self.log_dict({k: torch.tensor(v, dtype=torch.float64) for k, v in row.items()},
-                      on_step=False, on_epoch=True, logger=True)
+        return self.rounds.write(row, self.loop.comm.upload_d, self.current_epoch, self.trainer.loggers)
 
     # -- evaluation of the global model ------------------------------------------------------
     def on_validation_epoch_start(self):
@@ -365,6 +362,7 @@ class FederatedModule(pl.LightningModule):
 
     def on_validation_epoch_end(self):
         self._eval_epoch_end("val")
+        self._validated = not self.trainer.sanity_checking  # the round's row is complete
 
     def test_step(self, batch, batch_idx):
         self._eval_step(batch, batch_idx, "test_step")
@@ -377,8 +375,9 @@ class FederatedModule(pl.LightningModule):
     # rounds); algorithm state lives in the FLCallbacks' state_dict(), sampling and batch order
     # are derived from (seed, round, client), the partition is in the datamodule's state.
     def on_save_checkpoint(self, checkpoint):
-        checkpoint["federated"] = {"comm": self.loop.comm.state_dict() if self.loop else None,
-                                   "upload_d_at_target": self.upload_d_at_target, "curve": self._curve,
+        if self.trainer.state.fn == "fit" and self._validated:  # saved after the round's validation:
+            self._write_round_row()  # its row reaches the loggers first, its curve point this checkpoint
+        checkpoint["federated"] = {"comm": self.loop.comm.state_dict() if self.loop else None, **self.rounds.state_dict(),
                                    "seed": run_seed(), "eval_mark": self._eval_mark, "run_id": self.run_id,
                                    "wall_s": self._wall_seconds,
                                    "client_state": self.client_state.state_dict() if self.client_state else None}
@@ -392,8 +391,7 @@ class FederatedModule(pl.LightningModule):
             self._restored = state
             self._eval_mark = state.get("eval_mark", 0)
             self._wall_seconds = state.get("wall_s", 0.0)
-            curve = state.get("curve", {})
-            self._curve = {key: [tuple(point) for point in curve.get(key, [])] for key in ("val", "test")}
+            self.rounds.load_state_dict(state)
 
 
 FederatedModule.__doc__ = FederatedModule.__doc__.format(

@@ -50,6 +50,40 @@ def test_resume_matches_uninterrupted_run():
     assert resumed == full[2:]
 
 
+class RowsOnDiskAtEachCheckpoint(ModelCheckpoint):
+    """After each checkpoint it writes, the rounds whose rows metrics.csv already holds on disk."""
+
+    def __init__(self, **kwargs):
+        super().__init__(dirpath="ckpts", filename="{epoch}", save_top_k=-1, **kwargs)
+        self.seen: list[tuple[int, list[str]]] = []
+
+    def _record(self, trainer):
+        with open(f"{trainer.logger.log_dir}/metrics.csv") as f:
+            self.seen.append((trainer.current_epoch + 1, [row["round"] for row in csv.DictReader(f)]))
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        super().on_train_epoch_end(trainer, pl_module)
+        if self._should_save_on_train_epoch_end(trainer):
+            self._record(trainer)
+
+    def on_validation_end(self, trainer, pl_module):
+        super().on_validation_end(trainer, pl_module)
+        if not self._should_save_on_train_epoch_end(trainer):
+            self._record(trainer)
+
+
+@pytest.mark.parametrize("on_train_epoch_end", [True, False])
+def test_a_round_is_on_disk_before_its_checkpoint(on_train_epoch_end):
+    """Lightning writes epoch-end logs after the epoch's checkpoint: a kill between the two used to
+    resume after a round that no metrics.csv held (tests/test_kill.py saw it under load)."""
+    watch = RowsOnDiskAtEachCheckpoint(save_on_train_epoch_end=on_train_epoch_end)
+    digits_run(3, "ordered", callbacks=[watch], target_accuracy=0.3)
+    assert watch.seen == [(1, ["1.0"]), (2, ["1.0", "2.0"]), (3, ["1.0", "2.0", "3.0"])]
+    state = torch.load("ckpts/epoch=2.ckpt", weights_only=True)["federated"]  # the curve includes its own round
+    assert [upload_d for upload_d, _ in state["curve"]["val"]] == [1.0, 2.0, 3.0]
+    assert state["upload_d_at_target"] is not None
+
+
 def test_checkpoint_loads_with_weights_only():
     every_round = ModelCheckpoint(dirpath="ckpts", filename="{epoch}", save_top_k=-1, every_n_epochs=1)
     module, _, _ = digits_run(2, "w", callbacks=[every_round])

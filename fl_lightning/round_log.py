@@ -1,0 +1,52 @@
+"""The round's logger row, and what the run keeps of it: the accuracy-vs-upload curve for the
+run's PNG and the upload at which val/acc first reached the target.
+
+Lightning writes epoch-end logs after the epoch's checkpoint; a process killed between the two
+would resume after a round whose row never reached the logger. So the module writes each row
+to the loggers itself, once, before any checkpoint of its round, and the checkpoint holds the
+curve and target including that round."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+
+class RoundLog:
+    """Args:
+        target_accuracy: val/acc at which ``comm/upload_d_at_target`` is logged once (None: never)."""
+
+    def __init__(self, target_accuracy: Optional[float]):
+        self.target_accuracy = target_accuracy
+        self.curve: dict[str, list[tuple[float, float]]] = {"val": [], "test": []}  # (comm/upload_d, acc)
+        self.upload_d_at_target: Optional[float] = None
+        self.row: Optional[dict] = None  # the current round's row, once written
+
+    def start_round(self) -> None:
+        self.row = None
+
+    def write(self, row: dict, upload_d: float, epoch: int, loggers) -> dict:
+        """Adds the target crossing to ``row``, extends the curve, and writes the row to every
+        logger now, with the columns and step Lightning's epoch-end logging gives (``epoch``, step =
+        epoch: one training batch per round)."""
+        for key in ("val", "test"):
+            if f"{key}/acc" in row:
+                self.curve[key].append((upload_d, row[f"{key}/acc"]))
+        target = self.target_accuracy
+        if target is not None and self.upload_d_at_target is None and row.get("val/acc", -1.0) >= target:
+            self.upload_d_at_target = upload_d
+            row["comm/upload_d_at_target"] = upload_d
+        values = {k: torch.tensor(v, dtype=torch.float64).item() for k, v in row.items()}  # byte counts stay exact
+        for logger in loggers:
+            logger.log_metrics({**values, "epoch": epoch}, step=epoch)
+            logger.save()
+        self.row = row
+        return row
+
+    def state_dict(self) -> dict:
+        return {"curve": self.curve, "upload_d_at_target": self.upload_d_at_target}
+
+    def load_state_dict(self, state: dict) -> None:
+        curve = state.get("curve", {})
+        self.curve = {key: [tuple(point) for point in curve.get(key, [])] for key in ("val", "test")}
+        self.upload_d_at_target = state.get("upload_d_at_target")
