@@ -98,7 +98,8 @@ def test_bad_divisions_name_the_parameters():
 
 def test_blocks_command_prints_the_table(capsys, tmp_path):
     config = tmp_path / "lenet.yaml"
-    config.write_text("model:\n  algorithm: fedbcgd\n  network: {class_path: fl_lightning.models.LeNet5}\n")
+    config.write_text("model:\n  algorithm: fedbcgd\n  network: {class_path: fl_lightning.models.LeNet5, "
+                      "init_args: {in_channels: 3, image_size: 32}}\n")  # CIFAR's shape, not the digits'"
     assert main(["blocks", "--config", str(config)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "Block division (paper preset for LeNet5): N = 4, d = 797,962"

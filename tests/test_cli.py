@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from fl_lightning.cli import main
+from tests.test_images import make_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = str(ROOT / "configs" / "quickstart.yaml")
@@ -81,7 +83,7 @@ BAD_INPUTS = [
     (["--model.bogus", "1"], "--model.bogus", "no such option"),
     (["--trainer.max_epochs", "0"], "trainer.max_epochs", "is 0: a fit needs at least one round"),
     (["--model.target_accuracy", "90"], "model.target_accuracy", "a fraction in (0, 1], got 90; write 0.9 for 90 %"),
-    (["--model.network.init_args.in_features", "784"], "model.network",
+    (["--model.network.init_args.in_features", "784"], "model.network",  # a size given explicitly is kept
      "set the network's input size to 64 (fl_lightning.models.MLP: --model.network.init_args.in_features 64)"),
     *([(["--trainer.logger", "pytorch_lightning.loggers.TensorBoardLogger", "--trainer.logger.save_dir", "tb"],
         "trainer.logger", "TensorBoardLogger needs the tensorboard package")]
@@ -103,6 +105,20 @@ def test_bad_input_is_one_line_and_nothing_written(args, field, fix, capsys):
     assert len(err) == 1 and err[0].startswith("fl-lightning: error: "), err
     assert field in err[0] and fix in err[0]
     assert not os.path.exists("runs")  # nothing half-written
+
+
+def test_built_in_networks_take_their_sizes_from_the_data(tmp_path, capsys):
+    """quickstart's MLP leaves its sizes unset: an image folder of 8×8 RGB pets in 3 classes needs
+    no network option, and config.yaml records what the data gave (3·8·8 = 192 inputs, 3 classes)."""
+    make_folder(tmp_path / "pets")
+    args = ["fit", "--config", QUICKSTART, "--trainer.max_epochs", "1", "--data.dataset", "imagefolder",
+            "--data.root", str(tmp_path / "pets"), "--data.num_clients", "3", "--model.clients_per_round", "3"]
+    assert main(args) == 0
+    (config,) = glob.glob("runs/quickstart/*/version_0/config.yaml")
+    network = yaml.safe_load(Path(config).read_text())["model"]["network"]["init_args"]
+    assert (network["in_features"], network["num_classes"]) == (192, 3)
+    assert main([*args, "--model.network", "fl_lightning.models.LeNet5"]) == 2  # 8 pixels: too small for LeNet-5
+    assert "model.network: cannot take imagefolder inputs of shape (3, 8, 8)" in capsys.readouterr().err
 
 
 def test_resume_with_another_network_is_one_line(capsys):

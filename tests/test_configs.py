@@ -69,8 +69,8 @@ def standin_args(config: str, tmp: Path) -> list[str]:
     elif dataset in ("cifar10", "cifar100", "imagefolder"):
         image_tree(tmp / "data" / "train")
         image_tree(tmp / "data" / "test", per_class=2)
-        args += ["--data.dataset", "imagefolder", "--data.root", str(tmp / "data"),
-                 "--model.network.init_args.num_classes", "3"]
+        args += ["--data.dataset", "imagefolder", "--data.root", str(tmp / "data")]  # built-in networks: 3 classes
+        args += ["--model.network.init_args.num_classes", "3"] if "TimmModel" in text else []  # from the data
     if "TimmModel" in text:  # a small ViT and a saved state dict standing in for the hub weights
         weights = tmp / "vit.pth"
         torch.save(timm.create_model("vit_tiny_patch16_224", num_classes=5).state_dict(), weights)

@@ -5,12 +5,23 @@ conv 3→64 k5, max-pool 2, conv 64→64 k5, max-pool 2, fc 1600→384→192→C
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from torch import nn
+
+from fl_lightning.models.sizing import sized
 
 
 class LeNet5(nn.Module):
-    def __init__(self, num_classes: int = 10, in_channels: int = 3, image_size: int = 32):
+    """Args (None: from the data; in Python CIFAR-10's 10 classes, 3 channels, 32 pixels):
+        num_classes: outputs.
+        in_channels: image channels.
+        image_size: image side in pixels (fc1's input follows it)."""
+
+    def __init__(self, num_classes: Optional[int] = None, in_channels: Optional[int] = None,
+                 image_size: Optional[int] = None):
         super().__init__()
+        num_classes, in_channels, image_size = sized(num_classes, 10), sized(in_channels, 3), sized(image_size, 32)
         self.conv1 = nn.Conv2d(in_channels, 64, kernel_size=5)
         self.conv2 = nn.Conv2d(64, 64, kernel_size=5)
         self.pool = nn.MaxPool2d(2)
@@ -32,5 +43,5 @@ class LeNet5(nn.Module):
         return self.fc3
 
 
-def lenet5(num_classes: int = 10, in_channels: int = 3, image_size: int = 32) -> LeNet5:
+def lenet5(num_classes: Optional[int] = None, in_channels: Optional[int] = None, image_size: Optional[int] = None) -> LeNet5:
     return LeNet5(num_classes, in_channels, image_size)

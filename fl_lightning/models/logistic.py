@@ -4,14 +4,22 @@ The ℓ2 term of the paper's objective is the optimizer's weight decay (``model.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from torch import nn
+
+from fl_lightning.models.sizing import sized
 
 
 class LogisticRegression(nn.Module):
-    def __init__(self, in_features: int = 784, num_classes: int = 10):
+    """Args:
+        in_features: inputs per example, flattened (None: from the data; in Python 784, MNIST).
+        num_classes: outputs (None: from the data; in Python 10)."""
+
+    def __init__(self, in_features: Optional[int] = None, num_classes: Optional[int] = None):
         super().__init__()
         self.flatten = nn.Flatten()
-        self.linear = nn.Linear(in_features, num_classes)
+        self.linear = nn.Linear(sized(in_features, 784), sized(num_classes, 10))
 
     def forward(self, x):
         return self.linear(self.flatten(x))
@@ -20,5 +28,5 @@ class LogisticRegression(nn.Module):
         return self.linear
 
 
-def logistic_regression(in_features: int = 784, num_classes: int = 10) -> LogisticRegression:
+def logistic_regression(in_features: Optional[int] = None, num_classes: Optional[int] = None) -> LogisticRegression:
     return LogisticRegression(in_features, num_classes)

@@ -6,8 +6,11 @@
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from torch import nn
 
+from fl_lightning.models.sizing import sized
 from fl_lightning.models.vgg import norm_layer
 
 
@@ -29,8 +32,14 @@ class BasicBlock(nn.Module):
 
 
 class ResNet18(nn.Module):
-    def __init__(self, num_classes: int = 10, in_channels: int = 3, norm: str = "bn"):
+    """Args:
+        num_classes: outputs (None: from the data; in Python 10).
+        in_channels: image channels (None: from the data; in Python 3).
+        norm: bn (BatchNorm), gn (GroupNorm, 2 groups) or none."""
+
+    def __init__(self, num_classes: Optional[int] = None, in_channels: Optional[int] = None, norm: str = "bn"):
         super().__init__()
+        num_classes, in_channels = sized(num_classes, 10), sized(in_channels, 3)
         self.conv1 = nn.Conv2d(in_channels, 64, 3, 1, 1, bias=False)
         self.bn1 = norm_layer(norm, 64)
         self.act = nn.ReLU(inplace=True)
@@ -51,5 +60,5 @@ class ResNet18(nn.Module):
         return self.linear
 
 
-def resnet18(num_classes: int = 10, in_channels: int = 3, norm: str = "bn") -> ResNet18:
+def resnet18(num_classes: Optional[int] = None, in_channels: Optional[int] = None, norm: str = "bn") -> ResNet18:
     return ResNet18(num_classes, in_channels, norm)

@@ -8,7 +8,11 @@ tables; ``hidden`` (default 512) sets them.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from torch import nn
+
+from fl_lightning.models.sizing import sized
 
 CONFIGS = {
     11: [64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
@@ -25,9 +29,17 @@ def norm_layer(kind: str, channels: int) -> nn.Module:
 
 
 class VGG(nn.Module):
-    def __init__(self, depth: int = 11, num_classes: int = 10, in_channels: int = 3, norm: str = "bn",
-                 hidden: int = 512):
+    """Args:
+        depth: 11 or 19.
+        num_classes: outputs (None: from the data; in Python 10).
+        in_channels: image channels (None: from the data; in Python 3).
+        norm: bn (BatchNorm), gn (GroupNorm, 2 groups) or none.
+        hidden: width of the two hidden fully connected layers."""
+
+    def __init__(self, depth: int = 11, num_classes: Optional[int] = None, in_channels: Optional[int] = None,
+                 norm: str = "bn", hidden: int = 512):
         super().__init__()
+        num_classes, in_channels = sized(num_classes, 10), sized(in_channels, 3)
         convs, pool_after, width = [], [], in_channels
         for item in CONFIGS[depth]:
             if item == "M":
@@ -57,9 +69,9 @@ class VGG(nn.Module):
         return self.classifier
 
 
-def vgg11(num_classes: int = 10, in_channels: int = 3, norm: str = "bn", hidden: int = 512) -> VGG:
+def vgg11(num_classes: Optional[int] = None, in_channels: Optional[int] = None, norm: str = "bn", hidden: int = 512) -> VGG:
     return VGG(11, num_classes, in_channels, norm, hidden)
 
 
-def vgg19(num_classes: int = 10, in_channels: int = 3, norm: str = "bn", hidden: int = 512) -> VGG:
+def vgg19(num_classes: Optional[int] = None, in_channels: Optional[int] = None, norm: str = "bn", hidden: int = 512) -> VGG:
     return VGG(19, num_classes, in_channels, norm, hidden)
