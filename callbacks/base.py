@@ -13,7 +13,8 @@ An ``FLCallback`` is an ordinary Lightning ``Callback`` (so Lightning saves its
             on_local_step_end(client)     after the optimizer step: may change client.params
         on_client_end(client)         client_final: may add to / change client.upload
         on_upload(client)             client, last: encode client.upload for the wire (compression)
-        on_client_reported(client)    server: the upload arrived and is finite; commit client state
+        on_client_reported(client)    server, in plan order: the upload arrived and is finite; commit
+                                      client state (client.params: a copy of its final model)
     on_server_update(server)          server_update: may change server.update in place
     on_round_end(round)
 
@@ -23,7 +24,9 @@ rounds in the client-state store (declare a table in ``configure_round``, read i
 ``on_client_start``, write it in ``on_client_reported``), and values the server derives from a
 reported upload in ``received.add_sum`` on a channel declared in ``round.channels``. Under DDP the
 client hooks run on the rank that trains the client, the server hooks on every rank with the sums
-over all ranks.
+over all ranks. With ``model.parallel_clients`` K > 1 the client hooks of up to K clients run at the
+same time in worker threads (``on_client_reported`` and the server hooks in the main thread): keep
+per-client values in ``client.scratch``, or set ``thread_safe = False``.
 """
 from __future__ import annotations
 
@@ -39,6 +42,9 @@ class FLCallback(pl.Callback):
     # True if the callback calls client.gradient_at_global(): the loop then keeps each minibatch's RNG
     # state so that the second forward replays its dropout mask (otherwise it skips that work)
     replays_minibatch: bool = False
+    # False if its client hooks must not run for two clients at once (shared buffers, a counter):
+    # with model.parallel_clients > 1 the loop then trains the clients one at a time, with one warning
+    thread_safe: bool = True
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """Refuses to sit silently on a Trainer whose module runs no federated rounds."""

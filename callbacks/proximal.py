@@ -5,8 +5,6 @@ Upload and server as FedAvg.
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 from fl_lightning.callbacks.base import FLCallback
@@ -24,11 +22,10 @@ class Proximal(FLCallback):
         if mu < 0:
             raise ConfigError("Proximal(mu=...)", f"must be ≥ 0, got {mu}")
         self.mu = mu
-        self._difference: Optional[torch.Tensor] = None
+
+    def on_client_start(self, client):
+        client.scratch[self] = torch.empty_like(client.params)  # y − x, reused: no allocation in the local step
 
     def on_local_gradient(self, client):
-        params = client.params
-        if self._difference is None or self._difference.device != params.device:
-            self._difference = torch.empty_like(params)  # reused: no allocation in the local step
-        torch.sub(params, client.global_params, out=self._difference)
-        client.grad.add_(self._difference, alpha=self.mu)
+        difference = torch.sub(client.params, client.global_params, out=client.scratch[self])
+        client.grad.add_(difference, alpha=self.mu)

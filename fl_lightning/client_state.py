@@ -16,6 +16,7 @@ it: a checkpoint whose rows were overwritten since, or a rank that cannot see an
 from __future__ import annotations
 
 import os
+import threading
 from collections import deque
 from typing import Optional
 
@@ -61,14 +62,16 @@ class ClientTable:
         self.protected: deque[frozenset] = deque(maxlen=KEPT_CHECKPOINTS)
         self.directory = directory
         self._fds: Optional[tuple[int, int]] = None
+        self._opening = threading.Lock()  # clients trained in parallel read rows at once
 
     # -- files: <name>.f32 (rows), <name>.tags (int64 per slot) -----------------------------
     def _files(self) -> tuple[int, int]:
-        if self._fds is None:
-            os.makedirs(self.directory, exist_ok=True)
-            base = os.path.join(self.directory, self.name)
-            self._fds = tuple(os.open(base + ext, os.O_RDWR | os.O_CREAT, 0o644) for ext in (".f32", ".tags"))
-        return self._fds
+        with self._opening:
+            if self._fds is None:
+                os.makedirs(self.directory, exist_ok=True)
+                base = os.path.join(self.directory, self.name)
+                self._fds = tuple(os.open(base + ext, os.O_RDWR | os.O_CREAT, 0o644) for ext in (".f32", ".tags"))
+            return self._fds
 
     def close(self) -> None:
         if self._fds is not None:

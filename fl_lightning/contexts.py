@@ -88,6 +88,13 @@ class ClientContext:
         self.full_gradient_value: Optional[torch.Tensor] = None  # ∇f_i(x^r), once computed
         self._full_gradient, self._gradient_at_global = full_gradient, gradient_at_global
 
+    def keep_final_model(self) -> None:
+        """Once trained, ``vector``/``params`` become a copy of the working model y (and ``grad`` a
+        copy of the last gradient), so ``on_client_reported`` reads this client's y while the working
+        model trains another client (fl_lightning.parallel)."""
+        self.vector, self.grad = self.vector.clone(), self.grad.clone()
+        self.params = self.vector[:self.num_params]
+
     @property
     def client_id(self) -> int:
         return self.task.client_id

@@ -58,8 +58,27 @@ class LoggedValues:
         return {name: total / count for name, (total, count) in zip(names, totals.tolist()) if count}
 
 
+class RecordedLogs:
+    """What one client's ``self.log`` calls logged, in order; replayed into the round's ``LoggedValues``
+    in plan order, so the sums are the same however many clients train at once."""
+
+    def __init__(self):
+        self.entries: list[tuple[str, object]] = []
+
+    def log(self, name: str, value, *args, **kwargs) -> None:
+        self.entries.append((name, value.detach() if isinstance(value, torch.Tensor) else value))
+
+    def log_dict(self, dictionary: dict, *args, **kwargs) -> None:
+        for name, value in dictionary.items():
+            self.log(name, value)
+
+    def replay(self, sink: LoggedValues) -> None:
+        for name, value in self.entries:
+            sink.log(name, value)
+
+
 @contextmanager
-def logging_into(net, sink: LoggedValues):
+def logging_into(net, sink):
     """Routes the user's module's ``self.log`` calls into ``sink`` (instance attributes shadow the methods)."""
     if not is_lightning(net):
         yield

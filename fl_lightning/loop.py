@@ -1,11 +1,11 @@
 """``FederatedLoop``: one communication round (spec, "FedAvg" and the hooks of every algorithm).
 
     plan = configure_round(r)                 sample S of M clients (seeded by round)
-    for client in this rank's share of plan:  sequentially, on one reused working model
-        y ← x^r                                 client_init   (flat copy)
-        T local SGD steps                       client_step   (E epochs × ⌈n/B⌉ batches)
-        upload Δ = y − x^r over upload_ranges   client_final
-        received.add(upload)                    summed as it streams in, if it arrives and is finite
+    for client in this rank's share of plan:  one at a time on one reused working model, or K at a
+        y ← x^r                                 time (fl_lightning.parallel)       client_init
+        T local SGD steps                       (fl_lightning.local_training)      client_step
+        upload Δ = y − x^r over upload_ranges                                       client_final
+        received.add(upload)                    in plan order, if it arrives and is finite
     sums and counts all-reduced over ranks    (one process: nothing to do; fl_lightning.distributed)
     x^{r+1} = server_optimizer.step(g = −Δ̄)   server_update (FLCallbacks may transform Δ̄ first);
                                               skipped if no client reported
@@ -17,8 +17,7 @@ client-state store (fl_lightning.client_state).
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass
-from typing import Callable, ContextManager, Optional, Sequence
+from typing import Callable, ContextManager, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
@@ -28,23 +27,15 @@ from fl_lightning.blocks import BlockPartition
 from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.client_state import ClientStateStore
 from fl_lightning.comm import CommMeter, ReceivedSums
-from fl_lightning.contexts import ClientContext, ClientTask, RoundContext, ServerContext
+from fl_lightning.contexts import ClientTask, RoundContext, ServerContext
 from fl_lightning.data.datamodule import ClientData
 from fl_lightning.distributed import Collective
 from fl_lightning.errors import DivergenceError
 from fl_lightning.flat import FlatModel
-from fl_lightning.seeding import (Purpose, Stream, derive_seed, generator, global_rng_state, isolated_rng,
-                                  seed_global_rng, set_global_rng_state, stream_seed)
-
-
-@dataclass
-class LocalConfig:
-    clients_per_round: int
-    local_epochs: int = 1
-    batch_size: int = 50
-    weighted_aggregation: bool = False
-    grad_clip: Optional[float] = None  # clip each local gradient's norm (the authors' code: 10)
-    client_dropout: float = 0.0  # probability that a sampled client's upload never arrives
+from fl_lightning.foreign import LoggedValues
+from fl_lightning.local_training import LocalConfig, LocalTrainer, call_hook
+from fl_lightning.parallel import ClientPool
+from fl_lightning.seeding import Purpose, derive_seed
 
 
 class RoundTally:
@@ -101,36 +92,37 @@ class FederatedLoop:
             passes Lightning's optimizer wrapper, so each round is one Lightning optimizer step).
         client_state: where callbacks keep per-client vectors across rounds.
         collective: this process's rank among the run's processes (default: the only one).
+        train_logs: receives what the network's own ``self.log`` calls logged during the round.
     """
 
     def __init__(self, flat: FlatModel, clients: ClientData, loss_fn: Callable, optimizer: torch.optim.Optimizer,
                  config: LocalConfig, callbacks: Sequence[FLCallback], global_vector: torch.Tensor, server_optimizer,
                  client_state: ClientStateStore, forward_context: Callable[[], ContextManager] = nullcontext,
-                 blocks: Optional[BlockPartition] = None, collective: Optional[Collective] = None):
+                 blocks: Optional[BlockPartition] = None, collective: Optional[Collective] = None,
+                 train_logs: Optional[LoggedValues] = None):
         self.flat = flat
         self.blocks = blocks
         self.clients = clients
-        self.loss_fn = loss_fn
-        self.optimizer = optimizer
         self.config = config
         self.callbacks = list(callbacks)
-        self.forward_context = forward_context
         self.global_vector = global_vector
         self.server_optimizer = server_optimizer
         self.client_state = client_state
         self.collective = collective or Collective()
         self.comm = CommMeter(flat.num_params)
-        self._gradient_hooks = self._overriding("on_local_gradient")
-        self._step_hooks = self._overriding("on_local_step_end")
-        self._replays_minibatch = any(cb.replays_minibatch for cb in self._gradient_hooks)
-        self._work: dict[str, torch.Tensor] = {}
-
-    def _overriding(self, hook: str) -> list[FLCallback]:
-        return [cb for cb in self.callbacks if getattr(type(cb), hook) is not getattr(FLCallback, hook)]
+        self.trainer = LocalTrainer(flat, optimizer, loss_fn, clients, config, self.callbacks, global_vector,
+                                    forward_context)
+        self.train_logs = train_logs  # where the network's own self.log calls go, in plan order
+        self.pool: Optional[ClientPool] = None
+        unsafe = [type(cb).__name__ for cb in self.callbacks if not cb.thread_safe]
+        if config.parallel_clients > 1 and unsafe:
+            rank_zero_warn(f"{', '.join(unsafe)} declares thread_safe = False: clients train one at a time "
+                           f"(model.parallel_clients {config.parallel_clients} ignored)")
+        elif config.parallel_clients > 1:
+            self.pool = ClientPool(self.trainer, config.parallel_clients, torch.get_num_threads())
 
     def _call(self, hook: str, context) -> None:
-        for cb in self.callbacks:
-            getattr(cb, hook)(context)
+        call_hook(self.callbacks, hook, context)
 
     # -- configure clients (server) -----------------------------------------------------
     def sample_clients(self, round_idx: int) -> list[int]:
@@ -162,9 +154,11 @@ class FederatedLoop:
         plan = self.configure_round(round_idx)
         received = ReceivedSums(plan.channels, self.global_vector.device)
         tally = RoundTally(len(plan.clients), self.global_vector.device)
-        for position in self.collective.share([c.num_samples * c.local_epochs for c in plan.clients]):
+        positions = self.collective.share([c.num_samples * c.local_epochs for c in plan.clients])
+        for position, (client, loss_sum, logs) in self.trained_clients(positions, plan):
             task = plan.clients[position]
-            client, loss_sum = self.run_client(task, plan)
+            if self.train_logs is not None:
+                logs.replay(self.train_logs)
             if task.lost:
                 tally.lost[position] = 1
             elif not client.upload.is_finite():  # dropped, not averaged into the model
@@ -176,7 +170,7 @@ class FederatedLoop:
                 tally.add_loss(loss_sum, client.steps)
             tally.upload_bytes[position] = 0 if task.pooled or task.lost else client.upload.nbytes
             tally.download_bytes[position] = 0 if task.pooled else client.download.nbytes
-            del client  # its upload and scratch go now, not while the next client trains
+            del client, logs  # its upload and scratch go now, not while the next client trains
         committed = tally.all_reduce(self.collective, received, plan, self.client_state.written())
         self.client_state.end_round(committed)
         lost, non_finite = int(tally.lost.sum()), int(tally.non_finite.sum())
@@ -201,106 +195,17 @@ class FederatedLoop:
             rank_zero_warn(f"round {round_idx + 1}: none of the {sampled} sampled clients reported; the global "
                            "model and the algorithm's state are unchanged this round")
 
-    def run_client(self, task: ClientTask, plan: RoundContext) -> tuple[ClientContext, torch.Tensor]:
-        """y ← x^r, local training, upload: the client's context and its summed local loss."""
-        self.flat.load(self.global_vector)  # y ← x^r
-        group = self.optimizer.param_groups[0]
-        weight = task.num_samples if self.config.weighted_aggregation else 1.0
-        client = ClientContext(task, plan.round, plan.lr, group.get("weight_decay", 0.0), group.get("momentum", 0.0),
-                               weight, self.flat.vector, self.flat.grad, self.global_vector,
-                               full_gradient=self.full_gradient, gradient_at_global=self.gradient_at_global)
-        client.download.add("model", 0, self.global_vector)
-        self.optimizer.state.clear()  # a fresh local optimizer for every client
-        with isolated_rng(self.flat.device):  # dropout draws from the client's own streams only
-            self._call("on_client_start", client)
-            loss_sum = self.train_local(client)
-            delta = self.flat.vector - self.global_vector
-            for start, stop in task.upload_ranges:
-                client.upload.add("delta", start, delta[start:stop])
-            self._call("on_client_end", client)
-            self._call("on_upload", client)
-        return client, loss_sum
+    def trained_clients(self, positions: list[int], plan: RoundContext) -> Iterator[tuple[int, tuple]]:
+        """(position, (client, loss sum, logs)) for each of this rank's clients, in plan order."""
+        if self.pool is not None:
+            yield from self.pool.run(positions, plan)
+            return
+        for position in positions:
+            yield position, self.trainer.run_client(plan.clients[position], plan)
 
-    def data_of(self, task: ClientTask) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.clients.pooled() if task.pooled else self.clients.of(task.client_id)
-
-    def train_local(self, client: ClientContext) -> torch.Tensor:
-        """E local epochs of minibatch SGD on the client's own data (client_step); the summed loss."""
-        task = client.task
-        x, y = self.data_of(task)
-        n, batch = len(y), self.config.batch_size
-        batch_order = generator(task.seed)
-        augmentation = generator(stream_seed(task.seed, Stream.AUGMENTATION), x.device)
-        seed_global_rng(stream_seed(task.seed, Stream.DROPOUT), x.device)
-        loss_sum = torch.zeros((), device=x.device)
-        flat, optimizer, clip = self.flat, self.optimizer, self.config.grad_clip
-        for _ in range(task.local_epochs):
-            perm = torch.randperm(n, generator=batch_order).to(x.device)
-            xs, ys = x[perm], y[perm]
-            for start in range(0, n, batch):
-                client.batch = (self.clients.prepare(xs[start:start + batch], augmentation), ys[start:start + batch])
-                if self._replays_minibatch:
-                    client.batch_rng_state = global_rng_state(x.device)
-                with self.forward_context():
-                    loss = self.loss_fn(*client.batch)
-                flat.backward(loss)
-                if clip is not None:
-                    flat.grad.mul_(torch.clamp(clip / (flat.grad.norm() + 1e-6), max=1.0))
-                for cb in self._gradient_hooks:
-                    cb.on_local_gradient(client)
-                optimizer.step()
-                for cb in self._step_hooks:
-                    cb.on_local_step_end(client)
-                loss_sum += loss.detach()
-                client.steps += 1
-        client.batch, client.batch_rng_state = (), None
-        return loss_sum
-
-    # -- gradients at the downloaded model (SVRG, control-variate option I) ---------------
-    def full_gradient(self, client: ClientContext) -> torch.Tensor:
-        """∇f_i(x^r): the mean loss gradient over all of the client's data, at the downloaded
-        model; one pass (``ClientContext.full_gradient`` keeps it for the round). Call it while the
-        working model is still x^r (``on_client_start``)."""
-        x, y = self.data_of(client.task)
-        augmentation = generator(stream_seed(client.task.seed, Stream.FULL_GRADIENT_AUGMENTATION), x.device)
-        seed_global_rng(stream_seed(client.task.seed, Stream.FULL_GRADIENT_DROPOUT), x.device)
-        total = torch.zeros_like(self.flat.grad)
-        for start in range(0, len(y), self.config.batch_size):
-            xb = self.clients.prepare(x[start:start + self.config.batch_size], augmentation)
-            yb = y[start:start + self.config.batch_size]
-            with self.forward_context():
-                loss = self.loss_fn(xb, yb)
-            total.add_(self.flat.backward(loss, out=self._scratch_grad()), alpha=len(yb) / len(y))
-        self.flat.load(self.global_vector)  # undo what the pass did to BatchNorm statistics
-        return total
-
-    def gradient_at_global(self, client: ClientContext) -> torch.Tensor:
-        """∇f_i(x^r; ζ) for the current minibatch ζ — the same augmented inputs and the same dropout
-        mask as ∇f_i(y; ζ); the working model y and the RNG are left as they were."""
-        if client.batch_rng_state is None:
-            raise RuntimeError("gradient_at_global needs the minibatch's RNG state: set replays_minibatch = True "
-                               "on the FLCallback that calls it")
-        device = self.flat.device
-        saved, rng_after = self._buffer("saved_vector", self.flat.vector), global_rng_state(device)
-        saved.copy_(self.flat.vector)
-        self.flat.load(self.global_vector)
-        set_global_rng_state(client.batch_rng_state, device)
-        with self.forward_context():
-            loss = self.loss_fn(*client.batch)
-        grad = self.flat.backward(loss, out=self._scratch_grad())
-        set_global_rng_state(rng_after, device)
-        self.flat.load(saved)
-        return grad
-
-    def _scratch_grad(self) -> torch.Tensor:
-        return self._buffer("scratch_grad", self.flat.grad)
-
-    def _buffer(self, name: str, like: torch.Tensor) -> torch.Tensor:
-        """A reusable work tensor shaped like ``like`` (allocated once, not per step)."""
-        buffer = self._work.get(name)
-        if buffer is None or buffer.shape != like.shape or buffer.device != like.device:
-            buffer = self._work[name] = torch.empty_like(like)
-        return buffer
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        return self.trainer.optimizer
 
     # -- aggregate (server) -------------------------------------------------------------
     def server_update(self, round_idx: int, received: ReceivedSums) -> None:

@@ -38,7 +38,9 @@ from fl_lightning.foreign import (LoggedValues, is_lightning, logging_into, netw
                                   network_optimizer_settings, overrides)
 from fl_lightning.loop import FederatedLoop, LocalConfig
 from fl_lightning.module_options import check_module_options, check_trainer, codec_spec, resolve
+from fl_lightning.models.sizing import check_network_fits
 from fl_lightning.models.timm_models import timm_input_config
+from fl_lightning.parallel import check_parallel_clients
 from fl_lightning.plot import save_curve
 from fl_lightning.python_api import as_the_cli_does, summary
 from fl_lightning.round_log import RoundLog
@@ -82,6 +84,8 @@ class FederatedModule(pl.LightningModule):
             trainer.check_val_every_n_epoch 1; centralized, which uploads nothing, every round).
         eval_train_objective: at each validation also log ``train/objective``, the global
             training objective f(x) + (weight_decay/2)‖x‖² over all clients' data (convex plots).
+        parallel_clients: K, clients trained at the same time in this process (each rank under DDP), the
+            intra-op threads split between them; the same numbers as K = 1 at that many threads per client.
     """
 
     runs_federated_rounds = True  # what FLCallback.setup looks for
@@ -93,7 +97,7 @@ class FederatedModule(pl.LightningModule):
                  compression: Optional[Codec] = None, grad_clip: Optional[float] = None, client_dropout: float = 0.0,
                  max_upload_d: Optional[float] = None, target_accuracy: Optional[float] = None,
                  test_every_n_rounds: Optional[int] = None, eval_every_d: Optional[float] = None,
-                 eval_train_objective: bool = False):
+                 eval_train_objective: bool = False, parallel_clients: int = 1):
         super().__init__()
         if local_optimizer not in ("sgd", "network") or (local_optimizer == "network" and not is_lightning(network)):
             raise ConfigError("model.local_optimizer", f"got {local_optimizer!r}; choose sgd, or network when the "
@@ -179,11 +183,13 @@ class FederatedModule(pl.LightningModule):
         schedule = torch.optim.lr_scheduler.ExponentialLR(local, gamma=hp.lr_decay)
         return [server, local], [{"scheduler": schedule, "interval": "epoch"}]
 
-    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        if isinstance(self.net, pl.LightningModule):
-            out = self.net.training_step((x, y), 0)
+    @staticmethod
+    def local_loss(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The minibatch loss of ``net`` (the working model training the client)."""
+        if isinstance(net, pl.LightningModule):
+            out = net.training_step((x, y), 0)
             return out["loss"] if isinstance(out, dict) else out
-        return F.cross_entropy(self.net(x), y)
+        return F.cross_entropy(net(x), y)
 
     def check_compatible(self, datamodule) -> None:
         """Fail fast on settings that only clash once model and data meet."""
@@ -197,22 +203,9 @@ class FederatedModule(pl.LightningModule):
         if self.blocks is not None and s < self.blocks.num_blocks:
             raise ConfigError("model.clients_per_round", f"S={s} < N={self.blocks.num_blocks} blocks: every block "
                               "needs a client each round; raise S or lower model.algorithm.num_blocks")
-        x = datamodule.eval_transform(datamodule.split.test_x[:2].to(self.flat.device))
-        was_training = self.net.training
-        try:
-            with torch.no_grad():
-                out = self.net.eval()(x)
-        except RuntimeError as err:
-            reason = str(err).splitlines()[0]
-            fix = (f"; set the network's input size to {math.prod(x.shape[1:])} (fl_lightning.models.MLP: "
-                   f"--model.network.init_args.in_features {math.prod(x.shape[1:])})" if "mat1 and mat2" in reason else "")
-            raise ConfigError("model.network", f"cannot take {datamodule.dataset} inputs of shape "
-                              f"{tuple(x.shape[1:])}: {reason}{fix}") from None
-        finally:
-            self.net.train(was_training)
-        if out.shape[-1] != datamodule.num_classes:
-            raise ConfigError("model.network", f"outputs {out.shape[-1]} classes but {datamodule.dataset} has "
-                              f"{datamodule.num_classes}; set the network's num_classes")
+        check_network_fits(self.net, datamodule, self.flat.device)
+        if self.hparams.parallel_clients > 1:
+            check_parallel_clients(self.flat, self.local_loss, datamodule.clients, self.hparams.batch_size)
 
     # -- training: one epoch = one round ------------------------------------------------------
     def on_fit_start(self):
@@ -253,14 +246,18 @@ class FederatedModule(pl.LightningModule):
         hp = self.hparams
         grad_clip = hp.grad_clip if hp.grad_clip is not None else self.algorithm.default_grad_clip()
         config = LocalConfig(hp.clients_per_round, hp.local_epochs, hp.batch_size, hp.weighted_aggregation,
-                             grad_clip, hp.client_dropout)
+                             grad_clip, hp.client_dropout, hp.parallel_clients)
         self.global_vector.copy_(self.flat.vector)  # x^r: the network holds it (restored on resume)
         server, local = self.optimizers()
         clients = self.trainer.datamodule.clients.to(self.device)
         self.client_state = open_store(self.trainer, len(clients), (self._restored or {}).get("client_state"))
         self.loop = FederatedLoop(self.flat, clients, self.local_loss, local.optimizer, config, fl_callbacks,
                                   self.global_vector, server, self.client_state,
-                                  self.trainer.precision_plugin.forward_context, self.blocks, self.collective)
+                                  self.trainer.precision_plugin.forward_context, self.blocks, self.collective,
+                                  self._train_logs)
+        if self.loop.pool is not None and self.trainer.is_global_zero:
+            print(f"fl-lightning: {hp.parallel_clients} clients at a time, {self.loop.pool.threads_each} intra-op "
+                  f"thread(s) each, of {torch.get_num_threads()}")
         if self._restored is not None:
             self.loop.comm.load_state_dict(self._restored["comm"])
 
@@ -270,6 +267,8 @@ class FederatedModule(pl.LightningModule):
         return Collective(self.trainer.strategy)
 
     def teardown(self, stage: str) -> None:
+        if self.loop is not None and self.loop.pool is not None:
+            self.loop.pool.close()  # its threads; the next fit makes new ones
         if self.client_state is not None:
             self.client_state.close()  # file handles; a later read or checkpoint reopens them
 
@@ -279,8 +278,7 @@ class FederatedModule(pl.LightningModule):
         self.rounds.start_round()
         self.net.train()
         lr = self.loop.optimizer.param_groups[0]["lr"]  # the round's lr: the local lr schedule's
-        with logging_into(self.net, self._train_logs):
-            loss = self.loop.run_round(round_idx)
+        loss = self.loop.run_round(round_idx)
         self._train_loss, self._lr = None if loss is None else float(loss), lr  # None: nobody reported
         if not (loss is None or math.isfinite(self._train_loss)) or not self.loop.is_finite():
             raise DivergenceError(f"round {round_idx + 1}: the training loss or the global model became NaN/inf "

@@ -64,7 +64,7 @@ def check_trainer(hp, trainer) -> None:
 
 def check_module_options(hp) -> None:
     """Options that are wrong whatever the algorithm: one line each."""
-    for field in ("clients_per_round", "local_epochs", "batch_size", "test_every_n_rounds"):
+    for field in ("clients_per_round", "local_epochs", "batch_size", "test_every_n_rounds", "parallel_clients"):
         if hp.get(field) is not None and hp[field] < 1:
             raise ConfigError(f"model.{field}", f"must be ≥ 1, got {hp[field]}")
     for field in ("lr", "lr_decay", "max_upload_d", "eval_every_d", "grad_clip"):

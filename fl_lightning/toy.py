@@ -7,7 +7,8 @@
     fed.client_row("feddyn_gradient", 1)  # a client's state row
 
 Every client takes part each round (clients_per_round = M unless given); the local optimizer is SGD
-with a constant lr; the server optimizer is the algorithm's.
+with a constant lr; the server optimizer is the algorithm's; ``loss_fn(network, x, y)`` (default cross
+entropy); ``parallel_clients`` trains K clients at once (fl_lightning.parallel).
 """
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ class ToyFederation:
                  directory: str, lr: float = 0.1, batch_size: int = 2, local_epochs: int = 1,
                  clients_per_round: Optional[int] = None, weight_decay: float = 0.0, momentum: float = 0.0,
                  weighted_aggregation: bool = False, codec: Optional[Codec] = None,
-                 loss_fn: Optional[Callable] = None, extra_callbacks: Sequence[FLCallback] = ()):
+                 loss_fn: Optional[Callable] = None, extra_callbacks: Sequence[FLCallback] = (),
+                 parallel_clients: int = 1):
         self.algorithm = algorithm
         self.blocks = partition_for(network, algorithm)
         self.flat = FlatModel(network, order=self.blocks.order if self.blocks else None)
@@ -50,8 +52,8 @@ class ToyFederation:
         os.makedirs(directory, exist_ok=True)
         self.client_state = ClientStateStore(len(clients), directory)
         config = LocalConfig(clients_per_round or len(clients), local_epochs, batch_size, weighted_aggregation,
-                             algorithm.default_grad_clip())
-        loss = loss_fn or (lambda xb, yb: F.cross_entropy(network(xb), yb))
+                             algorithm.default_grad_clip(), parallel_clients=parallel_clients)
+        loss = loss_fn or (lambda net, xb, yb: F.cross_entropy(net(xb), yb))
         self.loop = FederatedLoop(self.flat, ClientData(x, y, offsets), loss, local, config, self.callbacks,
                                   self.global_vector, self.server_optimizer, self.client_state, blocks=self.blocks)
 

@@ -30,6 +30,7 @@ CASES = {  # S = 5 clients per round: not divisible by the 2 ranks
     "scaffold": dict(algorithm="scaffold"),
     "topk": dict(algorithm="topk"),  # error-feedback residuals in the client-state store
     "feddc": dict(algorithm="feddc"),  # drifts in the store, their sums through loop.received
+    "scaffold_k2": dict(algorithm="scaffold", parallel_clients=2),  # each rank trains 2 clients at a time
 }
 
 

@@ -21,11 +21,11 @@ PRESETS = ["fedavg", "fedavgm", "fedadam", "fedyogi", "fedprox", "scaffold", "fe
            "fedbcgd_plus", "topk", "fedpaq", "fedbcgd_qsgd", "fedbcgd_plus_qsgd", "centralized"]
 
 
-def run_metrics(args: list[str]) -> dict:
+def run_metrics(args: list[str], threads: int = 1) -> dict:
     """metrics.csv of a 5-round quickstart fit (every value as written) and a digest of the final weights."""
     from fl_lightning.lightning_cli import FederatedCLI
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     with tempfile.TemporaryDirectory() as tmp:
         cli = FederatedCLI(args=["fit", "--config", str(ROOT / "configs" / "quickstart.yaml"),
                                  "--trainer.max_epochs", "5", "--trainer.enable_progress_bar", "false",

@@ -126,8 +126,8 @@ def test_bf16_mixed_local_training_keeps_fp32_state():
     seen = []
     original = module.local_loss
 
-    def recording_loss(x, y):
-        loss = original(x, y)
+    def recording_loss(net, x, y):
+        loss = original(net, x, y)
         seen.append(module.net.head(torch.zeros(1, 32)).dtype)  # a matmul inside the autocast region
         return loss
 

@@ -15,3 +15,11 @@ register_preset("fedbcgd_qsgd", FedBCGD, "qsgd", "FedBCGD with its uploaded bloc
                 "≈ FedBCGD·9/32")
 register_preset("fedbcgd_plus_qsgd", FedBCGDPlus, "qsgd", "FedBCGD+ with its uploaded blocks (Δ and Δc) QSGD "
                 "quantised (paper Table 6)", "≈ FedBCGD+·9/32")
+register_preset("signsgd", FedAvg, "sign", "FedAvg uploading scaled signs with error feedback, one bit per entry "
+                "(EF-signSGD, Karimireddy et al. 2019)", "≈ d/32")
+register_preset("eden", FedAvg, "eden", "FedAvg uploading one bit per entry after a seeded random rotation, decoded "
+                "unbiased (DRIVE/EDEN, Vargaftik et al. 2021/2022)", "≈ d'/32, d' = d padded to 2^m")
+register_preset("fedbcgd_sign", FedBCGD, "sign", "FedBCGD with its uploaded blocks as EF-signSGD scaled signs",
+                "≈ FedBCGD/32")
+register_preset("fedbcgd_eden", FedBCGD, "eden", "FedBCGD with its uploaded blocks DRIVE/EDEN-compressed",
+                "≈ FedBCGD'/32 (padded)")

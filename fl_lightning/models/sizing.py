@@ -1,11 +1,17 @@
-"""Built-in networks sized by the data. A size argument left at None (input features, channels,
-image side, classes) is filled in by ``fl-lightning fit|validate|test`` from the data set, so
-``--model.network fl_lightning.models.MLP`` runs on any data set without further options; in
-Python, None is the classic default named in each model's docstring."""
+"""Networks and the data they train on. A built-in network's size argument left at None (input
+features, channels, image side, classes) is filled in by ``fl-lightning fit|validate|test`` from the
+data set, so ``--model.network fl_lightning.models.MLP`` runs on any data set without further
+options (in Python, None is the classic default named in each model's docstring); and any network
+is checked against the data before a run starts."""
 from __future__ import annotations
 
 import math
 from typing import Optional
+
+import torch
+from torch import nn
+
+from fl_lightning.errors import ConfigError
 
 SIZES = ("in_features", "in_channels", "image_size", "num_classes")
 
@@ -30,3 +36,25 @@ def unset_sizes(network_config) -> list[str]:
         return []
     init_args = network_config.get("init_args") or {}
     return [name for name in SIZES if name in init_args and init_args[name] is None]
+
+
+def check_network_fits(net: nn.Module, datamodule, device: torch.device) -> None:
+    """One line naming the fix when ``net`` cannot take the data's inputs or has the wrong number of
+    outputs (the network is left in the mode it was in)."""
+    x = datamodule.eval_transform(datamodule.split.test_x[:2].to(device))
+    was_training = net.training
+    try:
+        with torch.no_grad():
+            out = net.eval()(x)
+    except RuntimeError as err:
+        reason = str(err).splitlines()[0]
+        size = math.prod(x.shape[1:])
+        fix = (f"; set the network's input size to {size} (fl_lightning.models.MLP: "
+               f"--model.network.init_args.in_features {size})" if "mat1 and mat2" in reason else "")
+        raise ConfigError("model.network", f"cannot take {datamodule.dataset} inputs of shape "
+                          f"{tuple(x.shape[1:])}: {reason}{fix}") from None
+    finally:
+        net.train(was_training)
+    if out.shape[-1] != datamodule.num_classes:
+        raise ConfigError("model.network", f"outputs {out.shape[-1]} classes but {datamodule.dataset} has "
+                          f"{datamodule.num_classes}; set the network's num_classes")

@@ -1,0 +1,203 @@
+"""Clients in parallel inside one process (``model.parallel_clients``), timed against plain loops
+(``make bench``).
+
+Two settings, each on random tensors of the real shapes:
+  cross-device: 1,000 clients × 50 images (1×28×28), 50 per round, batch 10, 1 epoch, a 2-conv CNN
+                (conv 5×5 32 → pool → conv 5×5 64 → pool → fc 512 → 10, as in FedAvg's MNIST CNN);
+  paper:        100 clients × 500 images (3×32×32), 10 per round, batch 50, 1 epoch, LeNet-5.
+Four ways to train one round, interleaved, medians of ``--repeats`` rounds each:
+  plain loop          one model, the process's threads, clients one after the other;
+  plain thread pool   two clients at once, each on its own model copy with one intra-op thread, the
+                      updates summed in client order (the strategy BlazeFL's trainer uses);
+  fl-lightning K=1    real rounds through a Lightning Trainer (validation off; a fit's second round);
+  fl-lightning K=2    the same with model.parallel_clients 2.
+Targets (cross-device): K=2 ≥ 0.95× the plain thread pool and ≥ 1.1× K=1.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fl_lightning import FederatedDataModule, FederatedModule
+from fl_lightning.data import DataSplit
+from fl_lightning.models import LeNet5
+
+LR, WD = 0.05, 1e-3
+
+
+class CNN(nn.Module):
+    """FedAvg's MNIST CNN (McMahan et al. 2017): two 5×5 convolutions, 2×2 pools, fc 512."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(1, 32, 5, padding=2), nn.Conv2d(32, 64, 5, padding=2)
+        self.fc1, self.fc2 = nn.Linear(64 * 7 * 7, 512), nn.Linear(512, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+SETTINGS = {  # name: (network, clients, per client, per round, batch, image shape)
+    "cross-device": (CNN, 1000, 50, 50, 10, (1, 28, 28)),
+    "paper": (LeNet5, 100, 500, 10, 50, (3, 32, 32)),
+}
+
+
+class Setting:
+    def __init__(self, name: str):
+        self.name = name
+        self.network, self.clients, self.per_client, self.per_round, self.batch, shape = SETTINGS[name]
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(self.clients * self.per_client, *shape, generator=g)
+        self.y = torch.randint(0, 10, (self.clients * self.per_client,), generator=g)
+        self.rounds_done = 0
+
+    def round_clients(self) -> list[int]:
+        self.rounds_done += 1
+        g = torch.Generator().manual_seed(self.rounds_done)
+        return sorted(torch.randperm(self.clients, generator=g)[:self.per_round].tolist())
+
+    def data_of(self, client: int):
+        a = client * self.per_client
+        return self.x[a:a + self.per_client], self.y[a:a + self.per_client]
+
+
+def train_client(model, optimizer, setting: Setting, client: int, generator) -> None:
+    x, y = setting.data_of(client)
+    perm = torch.randperm(len(y), generator=generator)
+    xs, ys = x[perm], y[perm]
+    for b in range(0, len(y), setting.batch):
+        loss = F.cross_entropy(model(xs[b:b + setting.batch]), ys[b:b + setting.batch])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+
+class PlainLoop:
+    """One model; each client starts from the global weights; the mean update is applied."""
+
+    def __init__(self, setting: Setting):
+        self.setting, self.model = setting, setting.network()
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=LR, weight_decay=WD)
+        self.global_weights = [p.detach().clone() for p in self.model.parameters()]
+
+    def client_update(self, model, optimizer, client: int) -> list[torch.Tensor]:
+        with torch.no_grad():
+            for p, g in zip(model.parameters(), self.global_weights):
+                p.copy_(g)
+        train_client(model, optimizer, self.setting, client, torch.Generator().manual_seed(client))
+        return [p.detach() - g for p, g in zip(model.parameters(), self.global_weights)]
+
+    def apply(self, updates) -> None:
+        with torch.no_grad():
+            for i, g in enumerate(self.global_weights):
+                g.add_(sum(update[i] for update in updates) / len(updates))
+
+    def round(self) -> float:
+        start = time.perf_counter()
+        self.apply([self.client_update(self.model, self.optimizer, c) for c in self.setting.round_clients()])
+        return time.perf_counter() - start
+
+
+class PlainThreadPool(PlainLoop):
+    """Two clients at once, one intra-op thread each, on two model copies; updates summed in order."""
+
+    def __init__(self, setting: Setting, workers: int = 2):
+        super().__init__(setting)
+        self.free = [(m, torch.optim.SGD(m.parameters(), lr=LR, weight_decay=WD))
+                     for m in [setting.network() for _ in range(workers)]]
+        self.pool = ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,))
+
+    def _job(self, client: int):
+        model, optimizer = self.free.pop()
+        try:
+            return self.client_update(model, optimizer, client)
+        finally:
+            self.free.append((model, optimizer))
+
+    def round(self) -> float:
+        threads, start = torch.get_num_threads(), time.perf_counter()
+        self.apply(list(self.pool.map(self._job, self.setting.round_clients())))
+        elapsed = time.perf_counter() - start
+        torch.set_num_threads(threads)
+        return elapsed
+
+
+class RoundTimer(pl.Callback):
+    def __init__(self):
+        self.times = []
+
+    def on_train_epoch_start(self, trainer, module):
+        self._start = time.perf_counter()
+
+    def on_train_epoch_end(self, trainer, module):
+        self.times.append(time.perf_counter() - self._start)
+
+
+def fl_round(setting: Setting, parallel_clients: int) -> float:
+    """The second round of a 2-round fit: the first pays the fit's one-off costs (threads, copies)."""
+    split = DataSplit(setting.x, setting.y, setting.x[:setting.batch], setting.y[:setting.batch], 10)
+    parts = [torch.arange(c * setting.per_client, (c + 1) * setting.per_client) for c in range(setting.clients)]
+    data = FederatedDataModule.from_tensors(split, parts)
+    module = FederatedModule(setting.network(), algorithm="fedavg", clients_per_round=setting.per_round,
+                             local_epochs=1, batch_size=setting.batch, lr=LR, weight_decay=WD,
+                             parallel_clients=parallel_clients)
+    module.prints_summary = False
+    timer = RoundTimer()
+    pl.Trainer(max_epochs=2, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+               enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0,
+               callbacks=[timer]).fit(module, data)
+    return timer.times[1]
+
+
+def measure(name: str, repeats: int) -> dict[str, list[float]]:
+    setting = Setting(name)
+    plain, pool = PlainLoop(setting), PlainThreadPool(setting)
+    ways = {"plain loop": plain.round, "plain thread pool": pool.round,
+            "fl-lightning K=1": lambda: fl_round(setting, 1), "fl-lightning K=2": lambda: fl_round(setting, 2)}
+    for way in ways.values():  # warm-up
+        way()
+    times = {label: [] for label in ways}
+    for _ in range(repeats):
+        for label, way in ways.items():
+            times[label].append(way())
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds of each way")
+    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
+    pl.seed_everything(0, verbose=False)
+    print(f"threads: {torch.get_num_threads()}, {args.repeats} interleaved rounds of each way, medians")
+    for name in args.settings:
+        times = measure(name, args.repeats)
+        network, _, per_client, per_round, batch, _ = SETTINGS[name]
+        samples = per_client * per_round
+        median = {label: statistics.median(t) for label, t in times.items()}
+        print(f"\n{name}: {per_round} clients × {per_client} samples per round, batch {batch}, {network.__name__}")
+        for label, t in times.items():
+            print(f"  {label:18s} {samples / median[label]:8.0f} samples/s  "
+                  f"(×{median['plain loop'] / median[label]:.2f} the plain loop; rounds "
+                  f"{', '.join(f'{s:.2f}s' for s in t)})")
+        print(f"  K=2 / plain thread pool: {median['plain thread pool'] / median['fl-lightning K=2']:.3f} "
+              f"(target ≥ 0.95)   K=2 / K=1: {median['fl-lightning K=1'] / median['fl-lightning K=2']:.3f} "
+              f"(target ≥ 1.1)")
+
+
+if __name__ == "__main__":
+    main()

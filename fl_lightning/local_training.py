@@ -1,0 +1,171 @@
+"""A client's part of a round on one working model (spec, "FedAvg": client_init, client_step,
+client_final): y ← x^r, E local epochs of minibatch SGD, the upload Δ = y − x^r over its ranges.
+
+A ``LocalTrainer`` owns a working model (a ``FlatModel``), its local optimizer and its work
+buffers. The loop trains with the module's own; clients trained in parallel each get one of a few
+copies (fl_lightning.parallel). Every random draw comes from the client's own streams, so a client
+trains the same on any of them.
+"""
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Callable, ContextManager, Optional, Sequence
+
+import torch
+
+from fl_lightning.callbacks.base import FLCallback
+from fl_lightning.contexts import ClientContext, ClientTask, RoundContext
+from fl_lightning.data.datamodule import ClientData
+from fl_lightning.flat import FlatModel
+from fl_lightning.foreign import RecordedLogs, logging_into
+from fl_lightning.seeding import (Stream, generator, global_rng_state, isolated_rng, seed_global_rng,
+                                  set_global_rng_state, stream_seed)
+
+
+@dataclass
+class LocalConfig:
+    clients_per_round: int
+    local_epochs: int = 1
+    batch_size: int = 50
+    weighted_aggregation: bool = False
+    grad_clip: Optional[float] = None  # clip each local gradient's norm (the authors' code: 10)
+    client_dropout: float = 0.0  # probability that a sampled client's upload never arrives
+    parallel_clients: int = 1  # K: clients trained at the same time in this process
+
+
+def call_hook(callbacks: Sequence[FLCallback], hook: str, context) -> None:
+    for cb in callbacks:
+        getattr(cb, hook)(context)
+
+
+def overriding(callbacks: Sequence[FLCallback], hook: str) -> list[FLCallback]:
+    return [cb for cb in callbacks if getattr(type(cb), hook) is not getattr(FLCallback, hook)]
+
+
+class LocalTrainer:
+    """Trains one client at a time on its working model.
+
+    Args:
+        flat: the working model y (its network's parameters and floating buffers are views of ``flat.vector``).
+        optimizer: the local optimizer over ``flat.params``; its first param group's lr and weight_decay
+            are the round's.
+        loss_fn: ``loss_fn(network, x, y)``, the minibatch loss of ``network`` (``flat.net``).
+        global_vector: x^r, read only while clients train.
+    """
+
+    def __init__(self, flat: FlatModel, optimizer: torch.optim.Optimizer, loss_fn: Callable, clients: ClientData,
+                 config: LocalConfig, callbacks: Sequence[FLCallback], global_vector: torch.Tensor,
+                 forward_context: Callable[[], ContextManager] = nullcontext):
+        self.flat, self.optimizer, self.loss_fn = flat, optimizer, loss_fn
+        self.clients, self.config, self.callbacks = clients, config, list(callbacks)
+        self.global_vector, self.forward_context = global_vector, forward_context
+        self._gradient_hooks = overriding(self.callbacks, "on_local_gradient")
+        self._step_hooks = overriding(self.callbacks, "on_local_step_end")
+        self._replays_minibatch = any(cb.replays_minibatch for cb in self._gradient_hooks)
+        self._work: dict[str, torch.Tensor] = {}
+
+    def run_client(self, task: ClientTask, plan: RoundContext, isolate_rng: bool = True
+                   ) -> tuple[ClientContext, torch.Tensor, RecordedLogs]:
+        """y ← x^r, local training, upload: the client's context, its summed local loss and what the
+        network logged (replayed into the round's logs in plan order). ``isolate_rng``: save and
+        restore torch's global generators around the client (the pool does it once per round)."""
+        self.flat.load(self.global_vector)  # y ← x^r
+        group = self.optimizer.param_groups[0]
+        weight = task.num_samples if self.config.weighted_aggregation else 1.0
+        client = ClientContext(task, plan.round, plan.lr, group.get("weight_decay", 0.0), group.get("momentum", 0.0),
+                               weight, self.flat.vector, self.flat.grad, self.global_vector,
+                               full_gradient=self.full_gradient, gradient_at_global=self.gradient_at_global)
+        client.download.add("model", 0, self.global_vector)
+        self.optimizer.state.clear()  # a fresh local optimizer for every client
+        logs = RecordedLogs()
+        with isolated_rng(self.flat.device) if isolate_rng else nullcontext(), logging_into(self.flat.net, logs):
+            call_hook(self.callbacks, "on_client_start", client)  # dropout: the client's own streams only
+            loss_sum = self.train_local(client)
+            delta = self.flat.vector - self.global_vector
+            for start, stop in task.upload_ranges:
+                client.upload.add("delta", start, delta[start:stop])
+            call_hook(self.callbacks, "on_client_end", client)
+            call_hook(self.callbacks, "on_upload", client)
+        return client, loss_sum, logs
+
+    def data_of(self, task: ClientTask) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.clients.pooled() if task.pooled else self.clients.of(task.client_id)
+
+    def train_local(self, client: ClientContext) -> torch.Tensor:
+        """E local epochs of minibatch SGD on the client's own data (client_step); the summed loss."""
+        task = client.task
+        x, y = self.data_of(task)
+        n, batch = len(y), self.config.batch_size
+        batch_order = generator(task.seed)
+        augmentation = generator(stream_seed(task.seed, Stream.AUGMENTATION), x.device)
+        seed_global_rng(stream_seed(task.seed, Stream.DROPOUT), x.device)
+        loss_sum = torch.zeros((), device=x.device)
+        flat, optimizer, clip, net = self.flat, self.optimizer, self.config.grad_clip, self.flat.net
+        for _ in range(task.local_epochs):
+            perm = torch.randperm(n, generator=batch_order).to(x.device)
+            xs, ys = x[perm], y[perm]
+            for start in range(0, n, batch):
+                client.batch = (self.clients.prepare(xs[start:start + batch], augmentation), ys[start:start + batch])
+                if self._replays_minibatch:
+                    client.batch_rng_state = global_rng_state(x.device)
+                with self.forward_context():
+                    loss = self.loss_fn(net, *client.batch)
+                flat.backward(loss)
+                if clip is not None:
+                    flat.grad.mul_(torch.clamp(clip / (flat.grad.norm() + 1e-6), max=1.0))
+                for cb in self._gradient_hooks:
+                    cb.on_local_gradient(client)
+                optimizer.step()
+                for cb in self._step_hooks:
+                    cb.on_local_step_end(client)
+                loss_sum += loss.detach()
+                client.steps += 1
+        client.batch, client.batch_rng_state = (), None
+        return loss_sum
+
+    # -- gradients at the downloaded model (SVRG, control-variate option I) ---------------
+    def full_gradient(self, client: ClientContext) -> torch.Tensor:
+        """∇f_i(x^r): the mean loss gradient over all of the client's data, at the downloaded
+        model; one pass (``ClientContext.full_gradient`` keeps it for the round). Call it while the
+        working model is still x^r (``on_client_start``)."""
+        x, y = self.data_of(client.task)
+        augmentation = generator(stream_seed(client.task.seed, Stream.FULL_GRADIENT_AUGMENTATION), x.device)
+        seed_global_rng(stream_seed(client.task.seed, Stream.FULL_GRADIENT_DROPOUT), x.device)
+        total = torch.zeros_like(self.flat.grad)
+        for start in range(0, len(y), self.config.batch_size):
+            xb = self.clients.prepare(x[start:start + self.config.batch_size], augmentation)
+            yb = y[start:start + self.config.batch_size]
+            with self.forward_context():
+                loss = self.loss_fn(self.flat.net, xb, yb)
+            total.add_(self.flat.backward(loss, out=self._scratch_grad()), alpha=len(yb) / len(y))
+        self.flat.load(self.global_vector)  # undo what the pass did to BatchNorm statistics
+        return total
+
+    def gradient_at_global(self, client: ClientContext) -> torch.Tensor:
+        """∇f_i(x^r; ζ) for the current minibatch ζ — the same augmented inputs and the same dropout
+        mask as ∇f_i(y; ζ); the working model y and the RNG are left as they were."""
+        if client.batch_rng_state is None:
+            raise RuntimeError("gradient_at_global needs the minibatch's RNG state: set replays_minibatch = True "
+                               "on the FLCallback that calls it")
+        device = self.flat.device
+        saved, rng_after = self._buffer("saved_vector", self.flat.vector), global_rng_state(device)
+        saved.copy_(self.flat.vector)
+        self.flat.load(self.global_vector)
+        set_global_rng_state(client.batch_rng_state, device)
+        with self.forward_context():
+            loss = self.loss_fn(self.flat.net, *client.batch)
+        grad = self.flat.backward(loss, out=self._scratch_grad())
+        set_global_rng_state(rng_after, device)
+        self.flat.load(saved)
+        return grad
+
+    def _scratch_grad(self) -> torch.Tensor:
+        return self._buffer("scratch_grad", self.flat.grad)
+
+    def _buffer(self, name: str, like: torch.Tensor) -> torch.Tensor:
+        """A reusable work tensor shaped like ``like`` (allocated once, not per step)."""
+        buffer = self._work.get(name)
+        if buffer is None or buffer.shape != like.shape or buffer.device != like.device:
+            buffer = self._work[name] = torch.empty_like(like)
+        return buffer
