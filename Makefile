@@ -21,6 +21,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_loop.py
+	$(BIN)/python benchmarks/bench_parallel.py
 
 bench-memory: $(STAMP)
 	$(BIN)/python benchmarks/bench_memory.py

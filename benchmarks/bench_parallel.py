@@ -2,15 +2,17 @@
 (``make bench``).
 
 Two settings, each on random tensors of the real shapes:
-  cross-device: 1,000 clients × 50 images (1×28×28), 50 per round, batch 10, 1 epoch, a 2-conv CNN
-                (conv 5×5 32 → pool → conv 5×5 64 → pool → fc 512 → 10, as in FedAvg's MNIST CNN);
+  cross-device: 1,000 clients × 50 images (3×32×32), 50 per round, batch 10, 1 epoch, a small 2-conv
+                CNN (conv 5×5 16 → pool → conv 5×5 32 → pool → fc 10, as bench_distributed.py);
   paper:        100 clients × 500 images (3×32×32), 10 per round, batch 50, 1 epoch, LeNet-5.
-Four ways to train one round, interleaved, medians of ``--repeats`` rounds each:
+Five ways to train a round, interleaved (``--repeats`` × 3 rounds each), medians:
   plain loop          one model, the process's threads, clients one after the other;
   plain thread pool   two clients at once, each on its own model copy with one intra-op thread, the
                       updates summed in client order (the strategy BlazeFL's trainer uses);
   fl-lightning K=1    real rounds through a Lightning Trainer (validation off; a fit's second round);
-  fl-lightning K=2    the same with model.parallel_clients 2.
+  fl-lightning K=2    the same with model.parallel_clients 2;
+  K=1 + evaluation    K=1 with the global model evaluated on 10,000 test images in the round, as
+                      a CLI fit does every round by default (what a side-by-side of whole runs sees).
 Targets (cross-device): K=2 ≥ 0.95× the plain thread pool and ≥ 1.1× K=1.
 """
 from __future__ import annotations
@@ -34,22 +36,14 @@ from fl_lightning.models import LeNet5
 LR, WD = 0.05, 1e-3
 
 
-class CNN(nn.Module):
-    """FedAvg's MNIST CNN (McMahan et al. 2017): two 5×5 convolutions, 2×2 pools, fc 512."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv1, self.conv2 = nn.Conv2d(1, 32, 5, padding=2), nn.Conv2d(32, 64, 5, padding=2)
-        self.fc1, self.fc2 = nn.Linear(64 * 7 * 7, 512), nn.Linear(512, 10)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+def CNN() -> nn.Module:
+    """The small 2-conv CNN of bench_distributed.py: conv 5×5 16 → pool → conv 5×5 32 → pool → fc 10."""
+    return nn.Sequential(nn.Conv2d(3, 16, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(16, 32, 5), nn.ReLU(),
+                         nn.MaxPool2d(2), nn.Flatten(), nn.Linear(32 * 5 * 5, 10))
 
 
 SETTINGS = {  # name: (network, clients, per client, per round, batch, image shape)
-    "cross-device": (CNN, 1000, 50, 50, 10, (1, 28, 28)),
+    "cross-device": (CNN, 1000, 50, 50, 10, (3, 32, 32)),
     "paper": (LeNet5, 100, 500, 10, 50, (3, 32, 32)),
 }
 
@@ -145,9 +139,14 @@ class RoundTimer(pl.Callback):
         self.times.append(time.perf_counter() - self._start)
 
 
-def fl_round(setting: Setting, parallel_clients: int) -> float:
-    """The second round of a 2-round fit: the first pays the fit's one-off costs (threads, copies)."""
-    split = DataSplit(setting.x, setting.y, setting.x[:setting.batch], setting.y[:setting.batch], 10)
+ROUNDS = 3  # timed rounds per measurement of each way
+
+
+def fl_rounds(setting: Setting, parallel_clients: int, evaluate: bool = False) -> list[float]:
+    """Rounds 2.. of a fit: the first pays the fit's one-off costs (threads, copies).
+    ``evaluate``: the global model is evaluated on 10,000 test images in the round, as a CLI fit does."""
+    test_x = torch.randn(10_000 if evaluate else setting.batch, *setting.x.shape[1:])
+    split = DataSplit(setting.x, setting.y, test_x, torch.randint(0, 10, (len(test_x),)), 10)
     parts = [torch.arange(c * setting.per_client, (c + 1) * setting.per_client) for c in range(setting.clients)]
     data = FederatedDataModule.from_tensors(split, parts)
     module = FederatedModule(setting.network(), algorithm="fedavg", clients_per_round=setting.per_round,
@@ -155,35 +154,38 @@ def fl_round(setting: Setting, parallel_clients: int) -> float:
                              parallel_clients=parallel_clients)
     module.prints_summary = False
     timer = RoundTimer()
-    pl.Trainer(max_epochs=2, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-               enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0,
+    pl.Trainer(max_epochs=ROUNDS + 1, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+               enable_model_summary=False, limit_val_batches=1.0 if evaluate else 0, num_sanity_val_steps=0,
                callbacks=[timer]).fit(module, data)
-    return timer.times[1]
+    return timer.times[1:]
 
 
 def measure(name: str, repeats: int) -> dict[str, list[float]]:
     setting = Setting(name)
     plain, pool = PlainLoop(setting), PlainThreadPool(setting)
-    ways = {"plain loop": plain.round, "plain thread pool": pool.round,
-            "fl-lightning K=1": lambda: fl_round(setting, 1), "fl-lightning K=2": lambda: fl_round(setting, 2)}
+    ways = {"plain loop": lambda: [plain.round() for _ in range(ROUNDS)],
+            "plain thread pool": lambda: [pool.round() for _ in range(ROUNDS)],
+            "fl-lightning K=1": lambda: fl_rounds(setting, 1), "fl-lightning K=2": lambda: fl_rounds(setting, 2),
+            "K=1 + evaluation": lambda: fl_rounds(setting, 1, evaluate=True)}
     for way in ways.values():  # warm-up
         way()
     times = {label: [] for label in ways}
     for _ in range(repeats):
         for label, way in ways.items():
-            times[label].append(way())
+            times[label].extend(way())
     return times
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds of each way")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved measurements (3 rounds) of each way")
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
     pl.seed_everything(0, verbose=False)
-    print(f"threads: {torch.get_num_threads()}, {args.repeats} interleaved rounds of each way, medians")
+    print(f"threads: {torch.get_num_threads()}, {args.repeats} interleaved measurements of {ROUNDS} rounds of each "
+          "way, medians")
     for name in args.settings:
         times = measure(name, args.repeats)
         network, _, per_client, per_round, batch, _ = SETTINGS[name]

@@ -5,6 +5,7 @@
 #   benchmarks/reproduce.sh blocks        # claim (e): number of blocks N
 #   benchmarks/reproduce.sh momentum      # claim (f): server momentum λ
 #   benchmarks/reproduce.sh ablations     # claim (g): Fig. 5's ablations
+#   benchmarks/reproduce.sh beyond        # "Beyond the paper": EF-signSGD, PowerSGD, EDEN, alone and on blocks
 #   benchmarks/reproduce.sh cifar         # claims (a)-(c) on CIFAR-10 LeNet-5, 10 d (≈ 2 h with one thread)
 # then: fl-lightning report runs/reproduction/<name> --target 0.88 --out docs/reproduction/<name>
 set -euo pipefail
@@ -26,9 +27,12 @@ case "${1:-}" in
     sweep ablations/full --model.max_upload_d 25 --grid model.algorithm=fedbcgd,fedbcgd_freezing
     sweep ablations/no_shared_block --model.max_upload_d 25 --model.algorithm fedbcgd --model.algorithm.shared_block false
     sweep ablations/no_momentum --model.max_upload_d 25 --model.algorithm fedbcgd --model.algorithm.server_momentum 0 ;;
+  beyond)  # docs/reproduction.md "Beyond the paper": 1-bit and low-rank uploads, alone and on FedBCGD's blocks
+    sweep beyond --model.max_upload_d 10 --model.eval_every_d 0.5 --trainer.max_epochs 10000 \
+      --grid model.algorithm=fedavg,topk,fedpaq,signsgd,powersgd,eden,fedbcgd,fedbcgd_qsgd,fedbcgd_sign,fedbcgd_powersgd,fedbcgd_eden ;;
   cifar) $FL sweep --config configs/experiments/cifar10_lenet5.yaml --trainer.logger.init_args.name reproduction/cifar \
            --model.max_upload_d "${BUDGET:-10}" --model.eval_every_d 0.5 --trainer.check_val_every_n_epoch 1 \
            --trainer.max_epochs 1000 --trainer.enable_progress_bar false --grid seed_everything=0,1,2 \
            --grid model.algorithm=fedavg,fedavgm,scaffold,fedbcgd,fedbcgd_plus --jobs "${JOBS:-1}" --threads "${THREADS:-1}" ;;
-  *) echo "usage: $0 convex|blocks|momentum|ablations|cifar" >&2; exit 2 ;;
+  *) echo "usage: $0 convex|blocks|momentum|ablations|beyond|cifar" >&2; exit 2 ;;
 esac

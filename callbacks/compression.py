@@ -19,6 +19,7 @@ from fl_lightning.client_state import refuse_inline_client_state
 from fl_lightning.comm import Part
 from fl_lightning.compression import Codec
 from fl_lightning.errors import ConfigError
+from fl_lightning.powersgd import PowerSGD
 from fl_lightning.seeding import Stream, generator, stream_seed
 
 
@@ -37,10 +38,15 @@ class CompressedUpload(FLCallback):
         self.residuals = {}  # channel → its client-state table of e_i (error feedback)
 
     def configure_round(self, round):
+        sizes = {"delta": round.numel, "control": round.num_params}
         if self.codec.error_feedback:
-            sizes = {"delta": round.numel, "control": round.num_params}
             self.residuals = {channel: round.client_state.table(f"residual_{channel}", size)
                               for channel, size in sizes.items()}
+        if isinstance(self.codec, PowerSGD):  # each client's warm-start Q, per channel
+            self.segments, self.sizes = round.segments, sizes
+            self.warm_starts = {channel: round.client_state.table(f"powersgd_q_{channel}",
+                                                                  self.codec.q_layout(round.segments, size)[1])
+                                for channel, size in sizes.items()}
 
     def on_upload(self, client):
         device = client.vector.device
@@ -52,7 +58,7 @@ class CompressedUpload(FLCallback):
             if self.codec.error_feedback:
                 residual = self.residuals[channel].read(client.client_id)
                 values = values + torch.cat([residual[a:b] for a, b in ranges]).to(device)
-            part = Part(channel, ranges, self.codec.encode(values, rng))
+            part = Part(channel, ranges, self._encode(client, channel, ranges, values, rng, kept))
             client.upload.parts.append(part)
             if residual is not None:  # the server decodes the same part: decoded once (Part.values)
                 error, offset = values - part.values(), 0  # residual: a fresh row, changed in place
@@ -60,11 +66,20 @@ class CompressedUpload(FLCallback):
                     residual[a:b] = error[offset:offset + b - a].cpu()
                     offset += b - a
                 kept[channel] = residual
-        client.scratch[self] = kept  # channel → the client's new e_i, written once its upload arrives
+        client.scratch[self] = kept  # the client's new e_i (and Q), written once its upload arrives
+
+    def _encode(self, client, channel: str, ranges, values: torch.Tensor, rng, kept: dict):
+        if not isinstance(self.codec, PowerSGD):
+            return self.codec.encode(values, rng)
+        pieces = self.codec.pieces(ranges, self.segments, self.sizes[channel])
+        table = self.warm_starts[channel]
+        message, kept[("q", channel)] = self.codec.encode_pieces(values, pieces, table.read(client.client_id), rng)
+        return message
 
     def on_client_reported(self, client):
-        for channel, residual in client.scratch.get(self, {}).items():
-            self.residuals[channel].write(client.client_id, residual)
+        for key, row in client.scratch.get(self, {}).items():
+            table = self.warm_starts[key[1]] if isinstance(key, tuple) else self.residuals[key]
+            table.write(client.client_id, row)
 
     def state_dict(self) -> dict:
         return {"codec": type(self.codec).__name__, **self.codec.options()}

@@ -317,6 +317,3 @@ class EDEN(Codec):
 
     def encode(self, values, generator):
         return rotated_sign(values, generator)
-
-
-CODECS = {codec.name: codec for codec in (TopK, RandK, QSGD, EFSign, EDEN)}

@@ -55,6 +55,7 @@ class RoundContext:
     client_state: ClientStateStore  # declare per-client tables here: client_state.table(name, size)
     device: torch.device
     total_samples: int  # Σ n_i over all M clients
+    segments: tuple = ()  # fl_lightning.flat.Segment of every tensor: where it lies in the flat vector
 
 
 class ClientContext:
@@ -89,10 +90,10 @@ class ClientContext:
         self._full_gradient, self._gradient_at_global = full_gradient, gradient_at_global
 
     def keep_final_model(self) -> None:
-        """Once trained, ``vector``/``params`` become a copy of the working model y (and ``grad`` a
-        copy of the last gradient), so ``on_client_reported`` reads this client's y while the working
-        model trains another client (fl_lightning.parallel)."""
-        self.vector, self.grad = self.vector.clone(), self.grad.clone()
+        """Once trained, ``vector``/``params`` become a copy of the working model y, so
+        ``on_client_reported`` reads this client's y while the working model trains another client
+        (fl_lightning.parallel); ``grad`` is then no longer this client's."""
+        self.vector = self.vector.clone()
         self.params = self.vector[:self.num_params]
 
     @property

@@ -15,7 +15,7 @@ AXES = {"comm/upload_d": "floats uploaded per client (× d)", "round": "communic
 X_AXES = {"upload_d": "comm/upload_d", "round": "round", "wall_time": "time/wall_s"}
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d",
-           "#31a354", "#756bb1", "#a55194", "#000000"]
+           "#31a354", "#756bb1", "#a55194", "#e7969c", "#6baed6", "#000000"]
 
 
 def algorithm_in(label: str) -> str:

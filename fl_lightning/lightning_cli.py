@@ -26,7 +26,7 @@ from pytorch_lightning.loggers import WandbLogger
 from lightning_fabric.utilities.exceptions import MisconfigurationException
 
 from fl_lightning.algorithms import algorithms_with
-from fl_lightning.compression import CODECS
+from fl_lightning.codecs import CODECS
 from fl_lightning.algorithms.describe import fit_description
 from fl_lightning.algorithms.names import algorithm_name, class_path, expand_args, import_class, load_yaml
 from fl_lightning.blocks import partition_for

@@ -142,7 +142,7 @@ class FederatedLoop:
         plan = RoundContext(round_idx, self.optimizer.param_groups[0]["lr"], tasks,
                             {"delta": self.flat.numel, "control": self.flat.num_params}, len(self.clients),
                             self.flat.num_params, self.flat.numel, self.blocks, self.client_state, self.flat.device,
-                            self.clients.offsets[-1])
+                            self.clients.offsets[-1], tuple(self.flat.segments))
         self._call("configure_round", plan)
         self.client_state.begin_round(round_idx, [client.client_id for client in plan.clients])
         return plan

@@ -6,7 +6,8 @@ from typing import Optional, Union
 
 from fl_lightning.algorithms import Algorithm, create
 from fl_lightning.algorithms.names import import_class
-from fl_lightning.compression import CODECS, Codec
+from fl_lightning.codecs import CODECS
+from fl_lightning.compression import Codec
 from fl_lightning.errors import ConfigError, check_accuracy
 
 

@@ -21,7 +21,7 @@ ALWAYS = {"help"}  # jsonargparse's --model.help CLASS
 # (kept here, importing nothing, so that report and plots need no torch).
 ALGORITHM_ORDER = ("fedavg", "fedavgm", "fedadam", "fedyogi", "fedprox", "scaffold", "feddc", "feddyn", "fednova",
                    "fedbcgd", "fedbcgd_freezing", "fedbcgd_plus", "topk", "fedpaq", "fedbcgd_qsgd", "fedbcgd_plus_qsgd",
-                   "signsgd", "eden", "fedbcgd_sign", "fedbcgd_eden", "centralized")
+                   "signsgd", "eden", "powersgd", "fedbcgd_sign", "fedbcgd_eden", "fedbcgd_powersgd", "centralized")
 # Module options that became options of an algorithm or a codec: where each one lives now.
 MOVED = {"server_lr": "--model.algorithm.server_lr V", "server_momentum": "--model.algorithm.server_momentum V",
          "fedprox_mu": "--model.algorithm fedprox --model.algorithm.mu V",

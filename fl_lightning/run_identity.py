@@ -16,9 +16,11 @@ import json
 from pathlib import Path
 from typing import Optional
 
+from fl_lightning.algorithms import REGISTRY
+
 # Model options a resumed run may change: they steer when to stop, evaluate or test, not the algorithm.
 TAKES_EFFECT_AT_RESUME = {"max_upload_d", "target_accuracy", "test_every_n_rounds", "eval_train_objective",
-                          "eval_every_d"}
+                          "eval_every_d", "parallel_clients"}  # parallel_clients: the same numbers, faster
 ID_LINE = "# fl-lightning run id: "
 NAME_OPTIONS = ("--trainer.logger.init_args.name", "--trainer.logger.name")
 
@@ -74,7 +76,9 @@ def run_label(config: dict, algorithm: str, args: list[str]) -> str:
             path = "model.network.class_path"
         parts.append(f"{rest.split('.')[-1]}={_short(_value_at(config, path))}")
     compression = _value_at(config, "model.compression.class_path")
-    if compression and "+" not in algorithm and any(a.startswith("--model.compression") for a in args):
+    given = any(a.startswith("--model.compression") for a in args)
+    names_codec = algorithm in REGISTRY and REGISTRY[algorithm].codec is not None  # topk, fedpaq, ...
+    if compression and "+" not in algorithm and given and not names_codec:
         parts[0] = f"{algorithm}+{_short(compression).lower()}"
     parts.append(f"seed={config.get('seed_everything')}")
     label = ",".join(parts)

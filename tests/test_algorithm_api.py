@@ -32,16 +32,15 @@ def test_readme_algorithm_table_is_the_registry():
     assert set(ALGORITHM_ORDER) == set(REGISTRY)  # every algorithm has its place (and its plot colour)
 
 
-def test_algorithms_command_lists_every_algorithm_and_one_algorithms_options():
-    listing = subprocess.run([FL, "algorithms"], capture_output=True, text=True, timeout=120)
+def test_algorithms_command_lists_every_algorithm_and_one_algorithms_options(capsys):
+    listing = subprocess.run([FL, "algorithms"], capture_output=True, text=True, timeout=120)  # the real command
     assert listing.returncode == 0
     assert [line.split()[0] for line in listing.stdout.splitlines()[:-2:2]] == list(REGISTRY)
-    one = subprocess.run([FL, "algorithms", "fedprox"], capture_output=True, text=True, timeout=120)
-    assert one.returncode == 0 and "mu (float, default 0.01): μ ≥ 0, the weight of the proximal term" in one.stdout
-    typo = subprocess.run([FL, "algorithms", "fedprx"], capture_output=True, text=True, timeout=120)
-    assert typo.returncode == 2 and typo.stderr.strip().startswith("fl-lightning: error: model.algorithm: unknown "
-                                                                   "algorithm 'fedprx'; did you mean fedprox? choose one of "
-                                                                   "fedavg, fedavgm")
+    assert main(["algorithms", "fedprox"]) == 0  # in process: the same entry point, without a second start-up
+    assert "mu (float, default 0.01): μ ≥ 0, the weight of the proximal term" in capsys.readouterr().out
+    assert main(["algorithms", "fedprx"]) == 2
+    assert capsys.readouterr().err.strip().startswith("fl-lightning: error: model.algorithm: unknown algorithm "
+                                                      "'fedprx'; did you mean fedprox? choose one of fedavg, fedavgm")
 
 
 def test_every_algorithm_option_has_a_type_a_default_and_a_line_of_help():

@@ -17,8 +17,8 @@ import torch
 from fl_lightning.checkpoint_io import load_weights_only
 
 QUICKSTART = str(Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml")
-ROUNDS = 30  # ~75 ms each: five kills, each after 1-5 rounds of progress, leave rounds to spare
-KILLS = 5
+ROUNDS = 30  # ~75 ms each: three kills, each after 1-5 rounds of progress, leave rounds to spare
+KILLS = 3
 
 
 def command(name: str, *extra: str) -> list[str]:

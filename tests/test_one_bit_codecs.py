@@ -7,7 +7,8 @@ import torch
 from torch import nn
 
 from fl_lightning.algorithms import FedAvg, FedBCGD
-from fl_lightning.compression import CODECS, EDEN, EFSign, hadamard, rotated_sign, scaled_sign
+from fl_lightning.codecs import CODECS
+from fl_lightning.compression import EDEN, EFSign, hadamard, rotated_sign, scaled_sign
 from fl_lightning.toy import ToyFederation
 
 

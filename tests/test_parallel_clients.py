@@ -46,6 +46,19 @@ def digits_fit(name, parallel_clients, rounds, ckpt_path=None, checkpoint=False,
     return module, read_rows(trainer.logger.log_dir)
 
 
+def test_the_run_is_the_same_run_whatever_k(capsys):
+    """K changes no number, so it is not part of the run's identity: K = 2 resumes K = 1's checkpoint."""
+    from fl_lightning.cli import main
+    from tests.test_cli import QUICKSTART
+
+    base = ["fit", "--config", QUICKSTART, "--trainer.enable_progress_bar", "false"]
+    assert main([*base, "--trainer.max_epochs", "2"]) == 0
+    assert main([*base, "--trainer.max_epochs", "3", "--model.parallel_clients", "2", "--ckpt_path", "last"]) == 0
+    out = capsys.readouterr().out
+    assert "fl-lightning: resuming from runs/quickstart/fedavgm,seed=0/version_0/checkpoints/" in out
+    assert "3 rounds" in out.splitlines()[-1] and "fedavgm,seed=0/version_1" in out.splitlines()[-1]
+
+
 def test_resume_and_client_dropout_with_two_clients_at_a_time():
     torch.set_num_threads(1)
     sequential, rows = digits_fit("k1", 1, 4)

@@ -18,7 +18,8 @@ from fl_lightning.algorithms.fednova import FedNova
 from fl_lightning.algorithms.fedprox import FedProx
 from fl_lightning.algorithms.scaffold import SCAFFOLD
 from fl_lightning.algorithms import compressed  # noqa: F401  (registers topk, fedpaq, fedbcgd_qsgd, ...)
-from fl_lightning.compression import CODECS, Codec
+from fl_lightning.codecs import CODECS
+from fl_lightning.compression import Codec
 from fl_lightning.options import ALGORITHM_ORDER
 
 REGISTRY.update({name: REGISTRY.pop(name) for name in ALGORITHM_ORDER if name in REGISTRY})  # the README's order

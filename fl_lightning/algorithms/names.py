@@ -12,7 +12,7 @@ from typing import Optional
 import yaml
 
 from fl_lightning.algorithms import REGISTRY, get
-from fl_lightning.compression import CODECS
+from fl_lightning.codecs import CODECS
 from fl_lightning.errors import ConfigError
 
 ALGORITHM, COMPRESSION, HELP = "--model.algorithm", "--model.compression", "--model.algorithm.help"
