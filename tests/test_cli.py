@@ -189,7 +189,7 @@ def test_nan_stops_with_the_round(capsys):
     (["--model.eval_every_d", "1", "--trainer.check_val_every_n_epoch", "2"],
      "model.eval_every_d: picks the rounds to evaluate itself: set trainer.check_val_every_n_epoch 1"),
     (["--model.client_dropout", "1.5"], "model.client_dropout: must be in [0, 1), got 1.5"),
-    (["--model.compression", "top-k"], "model.compression: unknown codec 'top-k'; choose one of topk, randk, qsgd, sign, eden, none"),
+    (["--model.compression", "top-k"], "model.compression: unknown codec 'top-k'; choose one of topk, randk, qsgd, sign, eden, powersgd, none"),
     (["--trainer.strategy", "dpp", "--trainer.devices", "2"], "trainer: You selected an invalid strategy name: "
      "`strategy='dpp'`. It must be either a string or an instance of `pytorch_lightning.strategies.Strategy`. Example "
      "choices: auto, ddp, ddp_spawn, deepspeed, ... Find a complete list of options in our documentation at "

@@ -155,7 +155,7 @@ def test_server_aggregates_the_decoded_messages():
 
 def test_bad_compression_options_are_one_line():
     with pytest.raises(ConfigError, match=r"^model.compression: unknown codec 'top-k'; choose one of topk, randk, qsgd, "
-                       "sign, eden, none"):
+                       "sign, eden, powersgd, none"):
         FederatedModule(Tiny(), compression="top-k")
     with pytest.raises(ConfigError, match=r"^TopK\(k=...\): must be > 0 \(a count, or a fraction below 1\), got 0"):
         TopK(k=0)
