@@ -37,7 +37,7 @@ from fl_lightning.models.timm_models import architecture_only
 from fl_lightning.module_options import check_trainer
 from fl_lightning.options import moved
 from fl_lightning.run_identity import ID_LINE, TAKES_EFFECT_AT_RESUME, names_its_logger, run_id, run_label
-from fl_lightning.models.sizing import data_sizes, unset_sizes
+from fl_lightning.models.sizing import size_network_by_data
 from fl_lightning.module import FederatedModule
 from fl_lightning.run_files import run_dirs
 from fl_lightning.progress import RoundProgressBar
@@ -219,7 +219,7 @@ class FederatedCLI(LightningCLI):
         """W&B runs are named <logger name or config file>-<algorithm>-seed<seed> and grouped by every
         setting but the seed (unless the config sets a group)."""
         config = self.config[self.subcommand] if self.subcommand else self.config
-        self.size_network_by_data(config)
+        self.sized_by = size_network_by_data(config, FederatedDataModule)  # its data read once, and used
         loggers = config.get("trainer", {}).get("logger")
         for logger in loggers if isinstance(loggers, list) else [loggers]:
             if getattr(logger, "class_path", "").endswith("WandbLogger"):
@@ -230,17 +230,6 @@ class FederatedCLI(LightningCLI):
                     logger.init_args["save_dir"] = os.path.abspath(logger.init_args["save_dir"])
                 if logger.init_args.get("group") is None:
                     logger.init_args["group"] = group
-
-    def size_network_by_data(self, config) -> None:
-        """A built-in network's unset sizes from the data (fl_lightning.models.sizing), written into the
-        config, so the run's config.yaml records them; the data module built for it is the one used."""
-        network, self.sized_by = (config.get("model") or {}).get("network"), None
-        unset = unset_sizes(network) if network is not None else []
-        if unset:
-            self.sized_by = FederatedDataModule(**config["data"].as_dict())
-            sizes = data_sizes(self.sized_by)
-            for name in unset:
-                network.init_args[name] = sizes.get(name)
 
     def instantiate_classes(self) -> None:
         """An algorithm's or codec's own check (e.g. ``FedProx(mu=...): must be ≥ 0``) reaches the user as

@@ -38,6 +38,20 @@ def unset_sizes(network_config) -> list[str]:
     return [name for name in SIZES if name in init_args and init_args[name] is None]
 
 
+def size_network_by_data(config, datamodule_class):
+    """Writes a built-in network's unset sizes into a parsed CLI config (so the run's config.yaml
+    records them) and returns the data module built for it, or None when nothing was unset."""
+    network = (config.get("model") or {}).get("network")
+    unset = unset_sizes(network) if network is not None else []
+    if not unset:
+        return None
+    datamodule = datamodule_class(**config["data"].as_dict())
+    sizes = data_sizes(datamodule)
+    for name in unset:
+        network.init_args[name] = sizes.get(name)
+    return datamodule
+
+
 def check_network_fits(net: nn.Module, datamodule, device: torch.device) -> None:
     """One line naming the fix when ``net`` cannot take the data's inputs or has the wrong number of
     outputs (the network is left in the mode it was in)."""
