@@ -89,6 +89,10 @@ def main(args=None) -> int:
             lightning_cli.FederatedCLI(args=command)
     except FLUserError as err:
         print(f"fl-lightning: error: {err}", file=sys.stderr)
+        if getattr(err, "exit_now", False):  # the other ranks are gone: exit before Lightning's launcher,
+            sys.stdout.flush()             # which watches them, SIGKILLs this process mid-shutdown
+            sys.stderr.flush()
+            os._exit(2)
         return 2
     except PermissionError as err:  # a run or save directory that turned out not writable
         print(f"fl-lightning: error: cannot write {err.filename}: permission denied; choose a writable "

@@ -18,7 +18,10 @@ from fl_lightning.errors import FLUserError
 
 
 class CollectiveError(FLUserError):
-    """A collective failed: another rank died, or it timed out."""
+    """A collective failed: another rank died, or it timed out. The command exits at once after its
+    line (``exit_now``): Lightning's launcher kills the main process once a rank it started has died."""
+
+    exit_now = True
 
 
 class Collective:
