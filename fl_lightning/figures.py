@@ -37,8 +37,10 @@ def colour_of(label: str) -> str:
 def finish(fig, axes, prefix: str) -> None:
     """Legend below the data, then ``prefix``.png (300 dpi) and ``prefix``.pdf, each written whole."""
     for ax in axes:
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=7, frameon=False)
+        entries = len(ax.get_legend_handles_labels()[0])
+        if entries:  # below the x label, in columns when there are many
+            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), fontsize=7, frameon=False,
+                      ncol=1 if entries <= 5 else 2 if entries <= 12 else 3)
         ax.grid(alpha=0.3)
     fig.tight_layout()
     for suffix, dpi in ((".png", 300), (".pdf", None)):
