@@ -65,20 +65,19 @@ class CompressedUpload(FLCallback):
                 for a, b in ranges:
                     residual[a:b] = error[offset:offset + b - a].cpu()
                     offset += b - a
-                kept[channel] = residual
-        client.scratch[self] = kept  # the client's new e_i (and Q), written once its upload arrives
+                kept[self.residuals[channel]] = residual
+        client.scratch[self] = kept  # table → the client's new row (e_i, Q), written once its upload arrives
 
     def _encode(self, client, channel: str, ranges, values: torch.Tensor, rng, kept: dict):
         if not isinstance(self.codec, PowerSGD):
             return self.codec.encode(values, rng)
         pieces = self.codec.pieces(ranges, self.segments, self.sizes[channel])
         table = self.warm_starts[channel]
-        message, kept[("q", channel)] = self.codec.encode_pieces(values, pieces, table.read(client.client_id), rng)
+        message, kept[table] = self.codec.encode_pieces(values, pieces, table.read(client.client_id), rng)
         return message
 
     def on_client_reported(self, client):
-        for key, row in client.scratch.get(self, {}).items():
-            table = self.warm_starts[key[1]] if isinstance(key, tuple) else self.residuals[key]
+        for table, row in client.scratch.get(self, {}).items():
             table.write(client.client_id, row)
 
     def state_dict(self) -> dict:

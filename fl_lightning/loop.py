@@ -110,8 +110,8 @@ class FederatedLoop:
         self.client_state = client_state
         self.collective = collective or Collective()
         self.comm = CommMeter(flat.num_params)
-        self.trainer = LocalTrainer(flat, optimizer, loss_fn, clients, config, self.callbacks, global_vector,
-                                    forward_context)
+        self.local_trainer = LocalTrainer(flat, optimizer, loss_fn, clients, config, self.callbacks, global_vector,
+                                          forward_context)
         self.train_logs = train_logs  # where the network's own self.log calls go, in plan order
         self.pool: Optional[ClientPool] = None
         unsafe = [type(cb).__name__ for cb in self.callbacks if not cb.thread_safe]
@@ -119,7 +119,7 @@ class FederatedLoop:
             rank_zero_warn(f"{', '.join(unsafe)} declares thread_safe = False: clients train one at a time "
                            f"(model.parallel_clients {config.parallel_clients} ignored)")
         elif config.parallel_clients > 1:
-            self.pool = ClientPool(self.trainer, config.parallel_clients, torch.get_num_threads())
+            self.pool = ClientPool(self.local_trainer, config.parallel_clients, torch.get_num_threads())
 
     def _call(self, hook: str, context) -> None:
         call_hook(self.callbacks, hook, context)
@@ -201,11 +201,11 @@ class FederatedLoop:
             yield from self.pool.run(positions, plan)
             return
         for position in positions:
-            yield position, self.trainer.run_client(plan.clients[position], plan)
+            yield position, self.local_trainer.run_client(plan.clients[position], plan)
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
-        return self.trainer.optimizer
+        return self.local_trainer.optimizer
 
     # -- aggregate (server) -------------------------------------------------------------
     def server_update(self, round_idx: int, received: ReceivedSums) -> None:

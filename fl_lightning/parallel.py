@@ -149,19 +149,20 @@ class ClientPool:
                 mine.copy_(main)
         before = [t.clone() for t in counters]
         pending, upcoming = deque(), iter(positions)
+
+        def submit_next() -> None:
+            position = next(upcoming, None)
+            if position is not None:
+                pending.append((position, self._executor.submit(self._train, plan.clients[position], plan)))
+
         try:
             with isolated_rng(self.main.flat.device):  # the workers seed the global generators; no one draws
-                for position in upcoming:
-                    pending.append((position, self._executor.submit(self._train, plan.clients[position], plan)))
-                    if len(pending) >= 2 * self.parallel_clients:
-                        break
+                for _ in range(2 * self.parallel_clients):
+                    submit_next()
                 while pending:
                     position, future = pending.popleft()
                     result = future.result()
-                    for position_next in upcoming:
-                        pending.append((position_next, self._executor.submit(self._train, plan.clients[position_next],
-                                                                             plan)))
-                        break
+                    submit_next()
                     yield position, result
         finally:
             for position, future in pending:

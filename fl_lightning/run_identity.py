@@ -16,8 +16,6 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from fl_lightning.algorithms import REGISTRY
-
 # Model options a resumed run may change: they steer when to stop, evaluate or test, not the algorithm.
 TAKES_EFFECT_AT_RESUME = {"max_upload_d", "target_accuracy", "test_every_n_rounds", "eval_train_objective",
                           "eval_every_d", "parallel_clients"}  # parallel_clients: the same numbers, faster
@@ -57,7 +55,8 @@ def _short(value) -> str:
 
 
 def run_label(config: dict, algorithm: str, args: list[str]) -> str:
-    """``<algorithm>[,option=value ...],seed=<seed>`` for the model/data options given in ``args``."""
+    """``<algorithm>[,option=value ...],seed=<seed>`` for the model/data options given in ``args``;
+    ``algorithm`` names the codec too (``algorithm_name``: topk, fedprox+topk)."""
     parts, seen = [algorithm], set()
     for arg in args:
         key = arg[2:].split("=", 1)[0] if arg.startswith("--") else ""
@@ -75,11 +74,6 @@ def run_label(config: dict, algorithm: str, args: list[str]) -> str:
         if key == "model.network":
             path = "model.network.class_path"
         parts.append(f"{rest.split('.')[-1]}={_short(_value_at(config, path))}")
-    compression = _value_at(config, "model.compression.class_path")
-    given = any(a.startswith("--model.compression") for a in args)
-    names_codec = algorithm in REGISTRY and REGISTRY[algorithm].codec is not None  # topk, fedpaq, ...
-    if compression and "+" not in algorithm and given and not names_codec:
-        parts[0] = f"{algorithm}+{_short(compression).lower()}"
     parts.append(f"seed={config.get('seed_everything')}")
     label = ",".join(parts)
     return label if len(label) <= 120 else f"{label[:100]}-{run_id(config)}"

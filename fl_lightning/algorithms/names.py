@@ -125,7 +125,10 @@ def algorithm_name(algorithm, compression=None) -> str:
 
     algorithm_path, codec = path_of(algorithm), path_of(compression)
     if algorithm_path is None or _is_name(algorithm_path):
-        return algorithm_path or "fedavg"
+        name = algorithm_path or "fedavg"
+        if codec is None or name not in REGISTRY or REGISTRY[name].codec is not None:
+            return name
+        algorithm_path = class_path(REGISTRY[name].algorithm)  # a name plus a codec: as for a class path
     codec_name = next((name for name, cls in CODECS.items() if class_path(cls) == codec), None)
     for name, entry in REGISTRY.items():
         if class_path(entry.algorithm) == algorithm_path and entry.codec == codec_name:
