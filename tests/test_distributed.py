@@ -93,10 +93,11 @@ def test_cli_with_a_rank_that_dies_fails_in_one_line(tmp_path):
 
 
 def test_cli_with_a_rank_that_hangs_times_out_in_one_line(tmp_path):
-    """Rank 1 stops answering in round 2 (alive, asleep); the strategy's 10 s timeout ends the run, and
+    """Rank 1 stops answering in round 2 (alive, asleep); the strategy's 20 s timeout (it also bounds the
+    ranks' rendezvous: 10 s was once too short for rank 1 to connect) ends the run, and
     no rank outlives it."""
     done = cli_on_two_ranks(tmp_path, "--trainer.strategy", "pytorch_lightning.strategies.DDPStrategy",
-                            "--trainer.strategy.timeout", "0:00:10", "--trainer.callbacks+=tests.ddp_runs.StallOnRank")
+                            "--trainer.strategy.timeout", "0:00:20", "--trainer.callbacks+=tests.ddp_runs.StallOnRank")
     assert done.returncode == 2
     ours = [line for line in done.stderr.splitlines() if line.startswith("fl-lightning: error:")]
     assert len(ours) == 1 and ours[0].startswith("fl-lightning: error: rank 0: a collective with the other 1 "
