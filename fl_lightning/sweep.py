@@ -9,6 +9,13 @@ the CPU threads (each gets cores // J, or ``--threads``). A run that finished le
 ``<save_dir>/<name>/.sweep/`` and is skipped next time; an interrupted one resumes from its newest
 checkpoint (``--ckpt_path last``), so a killed sweep picks up where it stopped. ``--print`` only
 prints the commands, one per line, for a cluster scheduler (e.g. a SLURM job array) to run.
+
+``--keep DIR`` keeps every finished run's metrics.csv and config.yaml (no checkpoints) in
+``DIR/<grid values>/version_N/`` — small text to commit, e.g. under docs/ — and skips a grid point
+whose run is kept there already (the same run id, a budget and round limit at least as large, the
+same evaluation spacing), so a set of runs can be completed over several sittings and machines
+(``--print`` then lists only the runs not kept yet).
+``fl-lightning report DIR`` reads the kept runs as it reads runs/.
 """
 from __future__ import annotations
 
@@ -24,19 +31,20 @@ import yaml
 
 from fl_lightning.errors import ConfigError
 from fl_lightning.options import check_option_names
+from fl_lightning import kept_runs
 
 TOP_LEVEL = {"seed_everything"}
 
 
-def parse(args: list[str]) -> tuple[list[tuple[str, list[str]]], int, int, bool, list[str]]:
-    """(grid, jobs, threads per job, print only, the other fit arguments); bad grids fail here."""
+def parse(args: list[str]) -> tuple[list[tuple[str, list[str]]], int, int, bool, Path | None, list[str]]:
+    """(grid, jobs, threads per job, print only, keep directory, the other fit arguments); bad grids fail here."""
     if args[:1] in (["-h"], ["--help"]):
         print(__doc__.strip())
         raise SystemExit(0)
-    grid, jobs, threads, print_only, rest = [], 1, 0, False, []
+    grid, jobs, threads, print_only, keep, rest = [], 1, 0, False, None, []
     words = iter(args)
     for word in words:
-        if word in ("--grid", "--jobs", "--threads"):
+        if word in ("--grid", "--jobs", "--threads", "--keep"):
             value = next(words, None)
             if value is None:
                 raise ConfigError(word, "needs a value")
@@ -48,6 +56,8 @@ def parse(args: list[str]) -> tuple[list[tuple[str, list[str]]], int, int, bool,
                 raise ConfigError("--grid", f"{word[7:]!r}: write key=value1,value2 (e.g. model.lr=0.05,0.1)")
             if not choices:
                 raise ConfigError(f"--grid {key}", "empty list of values")
+            if key in (k for k, _ in grid):
+                raise ConfigError(f"--grid {key}", "given twice; list every value in one (--grid key=v1,v2)")
             if key not in TOP_LEVEL:
                 if key.split(".")[0] not in ("model", "data", "trainer") or "." not in key:
                     raise ConfigError(f"--grid {key}", "unknown key; grid over model.*, data.*, trainer.* or "
@@ -62,13 +72,17 @@ def parse(args: list[str]) -> tuple[list[tuple[str, list[str]]], int, int, bool,
             threads = int(word[len("--threads="):])
             if threads < 1:
                 raise ConfigError("--threads", f"must be ≥ 1, got {threads}")
+        elif word.startswith("--keep="):
+            keep = Path(word[len("--keep="):])
+            if not str(keep) or keep.exists() and not keep.is_dir():
+                raise ConfigError("--keep", f"give a directory for the kept runs, got {str(keep)!r}")
         elif word == "--print":
             print_only = True
         else:
             rest.append(word)
     if not grid:
         raise ConfigError("--grid", "give at least one, e.g. --grid seed_everything=0,1,2")
-    return grid, jobs, threads, print_only, rest
+    return grid, jobs, threads, print_only, keep, rest
 
 
 def logger_place(rest: list[str]) -> tuple[str, str]:
@@ -91,15 +105,17 @@ def label(combination: tuple[tuple[str, str], ...]) -> str:
     return ",".join(f"{key.split('.')[-1]}={value}".replace("/", "_") for key, value in combination)
 
 
-def check_every_point(runs: list[tuple[str, list[str]]]) -> None:
+def check_every_point(runs: list[tuple[str, list[str]]]) -> list[dict]:
     """Each grid point's complete configuration is parsed, and its algorithm, codec and module options
-    checked, before the first run starts: a bad value stops the sweep in one line with nothing trained."""
+    checked, before the first run starts: a bad value stops the sweep in one line with nothing trained.
+    Returns each point's configuration."""
     import contextlib
     import io
 
     from fl_lightning.lightning_cli import FederatedCLI, argument_error
     from fl_lightning.module_options import check_module_options, resolve
 
+    configs = []
     for tag, command in runs:
         printed = io.StringIO()
         try:
@@ -112,16 +128,18 @@ def check_every_point(runs: list[tuple[str, list[str]]]) -> None:
             raise ConfigError(f"sweep {tag}", str(err)) from None
         except Exception as err:  # jsonargparse's ArgumentError: unknown option, wrong type, bad class path
             raise ConfigError(f"sweep {tag}", argument_error(err, command)) from None
-        model = (yaml.safe_load(printed.getvalue()) or {}).get("model") or {}
+        configs.append(yaml.safe_load(printed.getvalue()) or {})
+        model = configs[-1].get("model") or {}
         try:
             resolve(model.get("algorithm"), model.get("compression"))
             check_module_options({k: v for k, v in model.items() if not isinstance(v, dict)})
         except ConfigError as err:
             raise ConfigError(f"sweep {tag}", str(err)) from None
+    return configs
 
 
 def main(args: list[str]) -> int:
-    grid, jobs, threads, print_only, rest = parse(args)
+    grid, jobs, threads, print_only, keep, rest = parse(args)
     check_option_names(rest)
     save_dir, name = logger_place(rest)
     markers = Path(save_dir) / name / ".sweep"
@@ -132,15 +150,34 @@ def main(args: list[str]) -> int:
         command = ["fit", *rest, *options, "--trainer.logger.init_args.name", f"{name}/{label(combination)}",
                    "--ckpt_path", "last"]
         runs.append((label(combination), command))
-    check_every_point(runs)
-    if print_only:
-        for _, command in runs:
-            print(shlex.join(["fl-lightning", *command]))
+    configs = check_every_point(runs)
+    if print_only:  # with --keep: only the runs not kept yet
+        for (tag, command), config in zip(runs, configs):
+            if keep is None or kept_runs.serves(keep / tag, config) is not None:
+                print(shlex.join(["fl-lightning", *command]))
         return 0
     markers.mkdir(parents=True, exist_ok=True)
-    pending = [(tag, command) for tag, command in runs if not (markers / f"{tag}.done").exists()]
-    print(f"fl-lightning sweep: {len(runs)} runs, {len(runs) - len(pending)} finished before, {len(pending)} to run, "
-          f"{jobs} at a time (logs: {markers}/)", flush=True)
+    pending, finished, kept = [], 0, 0
+    for (tag, command), config in zip(runs, configs):
+        done, run_dir = markers / f"{tag}.done", Path(save_dir) / name / tag
+        if keep is None:
+            finished += done.exists()
+            pending += [] if done.exists() else [(tag, command)]
+            continue
+        why = kept_runs.serves(keep / tag, config)
+        if why == kept_runs.NOT_KEPT and done.exists() and run_dir.is_dir():  # finished before --keep was given
+            kept_runs.keep(run_dir, keep / tag)
+            why = None
+        if why is None:
+            kept += 1
+            continue
+        if why != kept_runs.NOT_KEPT:
+            print(f"fl-lightning sweep: {tag} runs again ({why})", flush=True)
+        done.unlink(missing_ok=True)
+        pending.append((tag, command))
+    print(f"fl-lightning sweep: {len(runs)} runs, {finished} finished before"
+          + (f", {kept} kept in {keep}" if keep is not None else "")
+          + f", {len(pending)} to run, {jobs} at a time (logs: {markers}/)", flush=True)
     threads = threads or max(1, (os.cpu_count() or 1) // jobs)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     running, failed = [], []
@@ -158,6 +195,8 @@ def main(args: list[str]) -> int:
             log.close()
             seconds = time.monotonic() - started
             if process.returncode == 0:
+                if keep is not None:
+                    kept_runs.keep(Path(save_dir) / name / tag, keep / tag)
                 (markers / f"{tag}.done").write_text(f"{seconds:.1f} s wall time\n")
                 print(f"fl-lightning sweep: {tag} done in {seconds:.0f} s", flush=True)
             else:

@@ -2,6 +2,7 @@
 import csv
 import math
 import os
+import shutil
 import statistics
 from pathlib import Path
 
@@ -33,9 +34,10 @@ def test_print_lists_one_fit_command_per_grid_point(capsys):
     ("model.lr=", "--grid model.lr: empty list of values"),
     ("lr=0.1", "--grid lr: unknown key; grid over model.*, data.*, trainer.* or seed_everything"),
     ("model.lr", "--grid: 'model.lr': write key=value1,value2"),
+    ("seed_everything=0 --grid seed_everything=1", "--grid seed_everything: given twice; list every value in one"),
 ])
 def test_bad_grids_fail_before_anything_runs(capsys, grid, message):
-    code = main(["sweep", "--config", QUICKSTART, "--grid", grid])
+    code = main(["sweep", "--config", QUICKSTART, *[w for g in grid.split(" --grid ") for w in ("--grid", g)]])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and message in err[0]
     assert not os.path.exists("runs")
@@ -110,3 +112,38 @@ def test_sweep_checks_every_grid_point_before_training(capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(f"fl-lightning: error: {message}"), err
     assert not Path("runs").exists()  # nothing trained, nothing written
+
+
+def test_kept_runs_outlive_the_run_directory_and_a_sweep_skips_them(capsys):
+    """``--keep DIR``: a finished run's metrics.csv and config.yaml (only) are kept; a fresh clone's sweep
+    (no runs/) skips them, report reads them, a longer budget runs again, another run's settings refuse."""
+    base = ["sweep", "--config", QUICKSTART, "--jobs", "2", "--keep", "kept", *QUIET]
+    sweep = [*base, "--grid", "seed_everything=0,1"]
+    assert main([*sweep, "--trainer.max_epochs", "2"]) == 0
+    kept = Path("kept")
+    assert sorted(str(p.relative_to(kept)) for p in kept.rglob("*") if p.is_file()) == [
+        f"seed_everything={s}/version_0/{name}" for s in (0, 1) for name in ("config.yaml", "metrics.csv")]
+    for seed in (0, 1):
+        run = Path(f"runs/quickstart/seed_everything={seed}/version_0")
+        assert (kept / f"seed_everything={seed}/version_0/metrics.csv").read_bytes() == (run / "metrics.csv").read_bytes()
+    capsys.readouterr()
+    assert main(["report", "runs/quickstart", "--target", "0.2", "--out", "out/runs"]) == 0
+    shutil.rmtree("runs")  # a fresh clone: only the kept text is there
+    assert main([*sweep, "--trainer.max_epochs", "2"]) == 0
+    assert "2 runs, 0 finished before, 2 kept in kept, 0 to run" in capsys.readouterr().out
+    assert not Path("runs/quickstart/seed_everything=0").exists()  # nothing ran
+    assert main([*base, "--grid", "seed_everything=0,1,2", "--trainer.max_epochs", "2", "--print"]) == 0
+    assert [line.split("--seed_everything ")[1][0] for line in capsys.readouterr().out.splitlines()] == ["2"]
+    assert main(["report", "kept", "--target", "0.2", "--out", "out/kept"]) == 0
+    tables = [list(csv.reader(open(f"out/{name}.csv"))) for name in ("kept", "runs")]
+    assert [row[1:] for row in tables[0]] == [row[1:] for row in tables[1]]  # the same numbers (group: the folder)
+
+    capsys.readouterr()
+    assert main([*base, "--trainer.max_epochs", "3", "--grid", "seed_everything=1"]) == 0
+    assert "seed_everything=1 runs again (kept with trainer.max_epochs 2 < 3)" in capsys.readouterr().out
+    assert [r["round"] for r in read_curve(pieces(kept / "seed_everything=1"))] == [1.0, 2.0, 3.0]
+
+    assert main([*sweep, "--trainer.max_epochs", "2", "--model.lr", "0.01"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("fl-lightning: error: sweep --keep: kept/seed_everything=0 holds "
+                                               "another run (id "), err
