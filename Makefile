@@ -22,6 +22,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_loop.py
 	$(BIN)/python benchmarks/bench_parallel.py
+	$(BIN)/python benchmarks/bench_cpu_limit.py
 
 bench-memory: $(STAMP)
 	$(BIN)/python benchmarks/bench_memory.py

@@ -47,7 +47,9 @@ def make_data():
     return x, y
 
 
-def plain_round(model, optimizer, x, y, generator) -> float:
+def plain_round(model, optimizer, x, y, generator, channels_last=False) -> float:
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
     start = time.perf_counter()
     for c in range(CLIENTS):
         xc, yc = x[c * PER_CLIENT:(c + 1) * PER_CLIENT], y[c * PER_CLIENT:(c + 1) * PER_CLIENT]
@@ -61,17 +63,17 @@ def plain_round(model, optimizer, x, y, generator) -> float:
     return time.perf_counter() - start
 
 
-def fl_rounds(x, y, rounds: int, algorithm: str = "fedavg") -> list[float]:
+def fl_rounds(x, y, rounds: int, algorithm: str = "fedavg", channels_last=None, precision="32-true") -> list[float]:
     split = DataSplit(x, y, x[:BATCH], y[:BATCH], 10)
     clients = [torch.arange(c * PER_CLIENT, (c + 1) * PER_CLIENT) for c in range(CLIENTS)]
     data = FederatedDataModule.from_tensors(split, clients)
     module = FederatedModule(LeNet5(), algorithm=algorithm, clients_per_round=CLIENTS, local_epochs=1,
-                             batch_size=BATCH, lr=LR, weight_decay=WD)
+                             batch_size=BATCH, lr=LR, weight_decay=WD, channels_last=channels_last)
     module.prints_summary = False  # a timed round, not a run to report
     timer = RoundTimer()
     trainer = pl.Trainer(max_epochs=rounds, accelerator="cpu", logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
-                         num_sanity_val_steps=0, callbacks=[timer])
+                         num_sanity_val_steps=0, callbacks=[timer], precision=precision)
     trainer.fit(module, data)
     return timer.times
 

@@ -7,6 +7,10 @@
 #   benchmarks/reproduce.sh ablations     # claim (g): Fig. 5's ablations
 #   benchmarks/reproduce.sh beyond        # "Beyond the paper": EF-signSGD, PowerSGD, EDEN, alone and on blocks
 #   benchmarks/reproduce.sh cifar         # claims (a)-(c) on CIFAR-10 LeNet-5, 10 d (≈ 2 h with one thread)
+#   benchmarks/reproduce.sh cifar_beyond  # "Beyond the paper" on CIFAR-10: 11 methods, 10 d or 40 rounds, 3 seeds
+#   benchmarks/reproduce.sh cifar_lr      # issue 21: lr ∈ {0.01, 0.03, 0.05, 0.1, 0.2} per algorithm, 5 d, seed 0
+# CIFAR-10 sweeps keep every finished run's metrics.csv and config.yaml in docs/runs/<name>/ and skip
+# the runs kept there: a fresh clone runs only what is missing (add --print to list it).
 # then: fl-lightning report runs/reproduction/<name> --target 0.88 --out docs/reproduction/<name>
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +21,17 @@ sweep() {  # sweep <name> [options...]
   local name=$1; shift
   $FL sweep "${CONVEX[@]}" --trainer.logger.init_args.name "reproduction/$name" "$@"
 }
-case "${1:-}" in
+cifar_sweep() {  # cifar_sweep <name> [options...]: CIFAR-10 LeNet-5 (rho 0.6), evaluated every 0.5 d, kept in docs/runs/<name>
+  local name=$1; shift
+  $FL sweep --config configs/experiments/cifar10_lenet5.yaml --trainer.logger.init_args.name "reproduction/$name" \
+    --model.eval_every_d 0.5 --trainer.check_val_every_n_epoch 1 --trainer.max_epochs 1000 \
+    --trainer.enable_progress_bar false --keep "docs/runs/$name" --jobs "${JOBS:-1}" --threads "${THREADS:-1}" "$@" \
+    "${EXTRA[@]}"
+}
+target=${1:-}
+shift || true
+EXTRA=("$@")  # what follows the target goes to the CIFAR-10 sweeps (e.g. --print: list the runs not kept yet)
+case "$target" in
   convex) sweep convex --model.max_upload_d 50 \
             --grid model.algorithm=fedavg,fedavgm,scaffold,fedbcgd,fedbcgd_plus,topk,fedpaq,fedbcgd_qsgd ;;
   blocks) sweep blocks --model.max_upload_d 50 --model.algorithm fedbcgd --grid model.algorithm.num_blocks=1,2,4,8 ;;
@@ -34,5 +48,9 @@ case "${1:-}" in
            --model.max_upload_d "${BUDGET:-10}" --model.eval_every_d 0.5 --trainer.check_val_every_n_epoch 1 \
            --trainer.max_epochs 1000 --trainer.enable_progress_bar false --grid seed_everything=0,1,2 \
            --grid model.algorithm=fedavg,fedavgm,scaffold,fedbcgd,fedbcgd_plus --jobs "${JOBS:-1}" --threads "${THREADS:-1}" ;;
-  *) echo "usage: $0 convex|blocks|momentum|ablations|beyond|cifar" >&2; exit 2 ;;
+  cifar_beyond) cifar_sweep cifar_beyond --model.max_upload_d 10 --trainer.max_epochs 40 --grid seed_everything=0,1,2 \
+      --grid model.algorithm=fedavg,fedbcgd,signsgd,eden,powersgd,topk,fedpaq,fedbcgd_qsgd,fedbcgd_eden,fedbcgd_sign,fedbcgd_powersgd ;;
+  cifar_lr) cifar_sweep cifar_lr --model.max_upload_d 5 --seed_everything 0 \
+      --grid model.algorithm=fedavg,fedavgm,scaffold,fedbcgd,fedbcgd_plus --grid model.lr=0.01,0.03,0.05,0.1,0.2 ;;
+  *) echo "usage: $0 convex|blocks|momentum|ablations|beyond|cifar|cifar_beyond|cifar_lr" >&2; exit 2 ;;
 esac

@@ -30,10 +30,9 @@ import yaml
 
 from fl_lightning.errors import ConfigError, check_accuracy
 from fl_lightning.figures import AXES, X_AXES, colour_of, finish
-from fl_lightning.run_identity import read_run_id, run_id
+from fl_lightning.run_identity import TAKES_EFFECT_AT_RESUME, read_run_id, run_id
 
-IGNORED = ("model.max_upload_d", "model.target_accuracy", "model.test_every_n_rounds", "model.eval_every_d",
-           "model.eval_train_objective")  # settings that may change at resume: not what a run is
+IGNORED = tuple(f"model.{key}" for key in sorted(TAKES_EFFECT_AT_RESUME))  # settings that may change at resume
 
 
 def _version_number(path: Path) -> int:

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Optional
 
 # Model options a resumed run may change: they steer when to stop, evaluate or test, not the algorithm.
+# parallel_clients: the same numbers, faster; channels_last: how the CPU computes (like the thread count), not what.
 TAKES_EFFECT_AT_RESUME = {"max_upload_d", "target_accuracy", "test_every_n_rounds", "eval_train_objective",
-                          "eval_every_d", "parallel_clients"}  # parallel_clients: the same numbers, faster
+                          "eval_every_d", "parallel_clients", "channels_last"}
 ID_LINE = "# fl-lightning run id: "
 NAME_OPTIONS = ("--trainer.logger.init_args.name", "--trainer.logger.name")
 
