@@ -34,10 +34,18 @@ class RoundTimer(pl.Callback):
         self.times = []
 
     def on_train_epoch_start(self, trainer, module):
+        synchronize(module.device)
         self._start = time.perf_counter()
 
     def on_train_epoch_end(self, trainer, module):
+        synchronize(module.device)
         self.times.append(time.perf_counter() - self._start)
+
+
+def synchronize(device: torch.device) -> None:
+    """A GPU runs asynchronously: wait for its queued work before reading the clock."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def make_data():
@@ -53,25 +61,28 @@ def plain_round(model, optimizer, x, y, generator, channels_last=False) -> float
     start = time.perf_counter()
     for c in range(CLIENTS):
         xc, yc = x[c * PER_CLIENT:(c + 1) * PER_CLIENT], y[c * PER_CLIENT:(c + 1) * PER_CLIENT]
-        perm = torch.randperm(PER_CLIENT, generator=generator)
+        perm = torch.randperm(PER_CLIENT, generator=generator).to(x.device)
         xs, ys = xc[perm], yc[perm]
         for b in range(0, PER_CLIENT, BATCH):
             loss = F.cross_entropy(model(xs[b:b + BATCH]), ys[b:b + BATCH])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
+    synchronize(x.device)
     return time.perf_counter() - start
 
 
-def fl_rounds(x, y, rounds: int, algorithm: str = "fedavg", channels_last=None, precision="32-true") -> list[float]:
+def fl_rounds(x, y, rounds: int, algorithm: str = "fedavg", channels_last=None, precision="32-true",
+              accelerator: str = "cpu", parallel_clients: int = 1) -> list[float]:
     split = DataSplit(x, y, x[:BATCH], y[:BATCH], 10)
     clients = [torch.arange(c * PER_CLIENT, (c + 1) * PER_CLIENT) for c in range(CLIENTS)]
     data = FederatedDataModule.from_tensors(split, clients)
     module = FederatedModule(LeNet5(), algorithm=algorithm, clients_per_round=CLIENTS, local_epochs=1,
-                             batch_size=BATCH, lr=LR, weight_decay=WD, channels_last=channels_last)
+                             batch_size=BATCH, lr=LR, weight_decay=WD, channels_last=channels_last,
+                             parallel_clients=parallel_clients)
     module.prints_summary = False  # a timed round, not a run to report
     timer = RoundTimer()
-    trainer = pl.Trainer(max_epochs=rounds, accelerator="cpu", logger=False, enable_checkpointing=False,
+    trainer = pl.Trainer(max_epochs=rounds, accelerator=accelerator, devices=1, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
                          num_sanity_val_steps=0, callbacks=[timer], precision=precision)
     trainer.fit(module, data)
