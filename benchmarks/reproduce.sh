@@ -26,7 +26,7 @@ cifar_sweep() {  # cifar_sweep <name> [options...]: CIFAR-10 LeNet-5 (rho 0.6), 
   $FL sweep --config configs/experiments/cifar10_lenet5.yaml --trainer.logger.init_args.name "reproduction/$name" \
     --model.eval_every_d 0.5 --trainer.check_val_every_n_epoch 1 --trainer.max_epochs 1000 \
     --trainer.enable_progress_bar false --keep "docs/runs/$name" --jobs "${JOBS:-1}" --threads "${THREADS:-1}" "$@" \
-    "${EXTRA[@]}"
+    ${EXTRA[@]+"${EXTRA[@]}"}
 }
 target=${1:-}
 shift || true

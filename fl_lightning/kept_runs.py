@@ -12,13 +12,17 @@ from typing import Optional
 import yaml
 
 from fl_lightning.errors import ConfigError
+from fl_lightning.report import version_number
 from fl_lightning.run_identity import read_run_id, run_id
 
 KEPT_FILES = ("metrics.csv", "config.yaml")
-# How far a run went and how it was measured: a kept run serves a grid point only when it went at least
-# as far (a larger budget or round limit) and was evaluated at the same spacing.
-AT_LEAST = ("model.max_upload_d", "trainer.max_epochs")
-EQUAL = ("model.eval_every_d", "trainer.check_val_every_n_epoch")
+MARKER = ".kept"  # written last: a directory without it holds no finished run
+# The settings a run may change at resume (TAKES_EFFECT_AT_RESUME), by what they mean for a kept run: one
+# serves a grid point when it went at least as far (None: no limit) and was measured the same way.
+AT_LEAST = ("model.max_upload_d", "model.target_accuracy", "trainer.max_epochs", "trainer.max_steps")
+EQUAL = ("model.eval_every_d", "model.test_every_n_rounds", "model.eval_train_objective",
+         "trainer.check_val_every_n_epoch")
+HOW_COMPUTED = ("model.parallel_clients", "model.channels_last")  # the same run, computed another way
 NOT_KEPT = "not kept yet"
 
 
@@ -28,44 +32,71 @@ def _value(config: dict, dotted: str):
     return config
 
 
-def _newest_config(kept: Path) -> tuple[Optional[dict], Optional[str]]:
-    """The newest kept config.yaml and the run id at its top (None, None when nothing is kept)."""
-    versions = sorted(kept.glob("version_*/config.yaml"), key=lambda p: int(p.parent.name.split("_")[-1]))
-    if not versions:
-        return None, None
-    config = yaml.safe_load(versions[-1].read_text()) or {}
-    return config, read_run_id(versions[-1]) or run_id(config)
+def _limit(value) -> float:
+    return math.inf if value is None or value == -1 else value  # trainer.max_steps -1: no limit
+
+
+def _versions(run_dir: Path) -> list[Path]:
+    return sorted((p for p in run_dir.glob("version_*") if (p / "config.yaml").is_file()), key=version_number)
+
+
+def _id_of(version: Path) -> str:
+    return read_run_id(version / "config.yaml") or run_id(yaml.safe_load((version / "config.yaml").read_text()) or {})
+
+
+def is_run_of(run_dir: Path, config: dict) -> bool:
+    """``run_dir``'s newest version is a run of ``config`` (the same run id)."""
+    versions = _versions(run_dir)
+    return bool(versions) and _id_of(versions[-1]) == run_id(config)
 
 
 def serves(kept: Path, config: dict) -> Optional[str]:
     """Why the run kept in ``kept`` does not serve a grid point of ``config`` (None: it does, skip the point).
     A kept run of other settings (another run id) is refused in one line rather than overwritten."""
-    old, old_id = _newest_config(kept)
-    if old is None:
+    versions = _versions(kept) if (kept / MARKER).is_file() else []
+    if not versions:
         return NOT_KEPT
+    old, old_id = yaml.safe_load((versions[-1] / "config.yaml").read_text()) or {}, _id_of(versions[-1])
     if old_id != run_id(config):
         raise ConfigError("sweep --keep", f"{kept} holds another run (id {old_id}, this grid point is "
                           f"{run_id(config)}): keep this sweep in another directory, or remove that one")
     for key in AT_LEAST:
-        before, now = _value(old, key), _value(config, key)
-        if (math.inf if before is None else before) < (math.inf if now is None else now):
-            return f"kept with {key} {before} < {now}"
+        if _limit(_value(old, key)) < _limit(_value(config, key)):
+            return f"kept with {key} {_value(old, key)} < {_value(config, key)}"
     for key in EQUAL:
         if _value(old, key) != _value(config, key):
             return f"kept with {key} {_value(old, key)}, asked for {_value(config, key)}"
     return None
 
 
-def keep(run_dir: Path, kept: Path) -> None:
-    """Copies every version_N/{metrics.csv, config.yaml} of ``run_dir`` to ``kept``, replacing what was
-    kept there in one rename (never half a run)."""
-    partial = kept.with_name(f".{kept.name}.{os.getpid()}.partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    for version in sorted(run_dir.glob("version_*")):
-        for name in KEPT_FILES:
-            if (version / name).is_file():
-                (partial / version.name).mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(version / name, partial / version.name / name)
+def keep(run_dir: Path, kept: Path, work: Path) -> None:
+    """Copies version_N/{metrics.csv, config.yaml} of ``run_dir`` — the versions of its newest run id, which a
+    resumed run spans — to ``kept``, built in ``work`` first and swapped in by renames (never half a run)."""
+    versions = _versions(run_dir)
+    if not versions:
+        raise ConfigError("sweep --keep", f"{run_dir} has no version_N/config.yaml to keep; the runs need a CSV "
+                          "logger (trainer.logger) with its default version_N folders")
+    newest = _id_of(versions[-1])
+    partial, replaced = work / f"{kept.name}.partial", work / f"{kept.name}.replaced"
+    for stale in (partial, replaced):
+        shutil.rmtree(stale, ignore_errors=True)
+    for version in versions:
+        if _id_of(version) == newest:
+            (partial / version.name).mkdir(parents=True)
+            for name in KEPT_FILES:
+                if (version / name).is_file():
+                    shutil.copyfile(version / name, partial / version.name / name)
+    (partial / MARKER).write_text(f"run id {newest}\n")
+    kept.parent.mkdir(parents=True, exist_ok=True)
     if kept.exists():
-        shutil.rmtree(kept)
+        os.replace(kept, replaced)
     os.replace(partial, kept)
+    shutil.rmtree(replaced, ignore_errors=True)
+
+
+def check_apart(keep_dir: Path, runs_dir: Path) -> None:
+    """The kept copies and the runs themselves (checkpoints included) must not share a directory."""
+    a, b = keep_dir.resolve(), runs_dir.resolve()
+    if a == b or a in b.parents or b in a.parents:
+        raise ConfigError("--keep", f"{keep_dir} overlaps the runs' own directory {runs_dir}; keep the copies "
+                          "elsewhere, e.g. docs/runs/<name>")

@@ -35,7 +35,7 @@ from fl_lightning.run_identity import TAKES_EFFECT_AT_RESUME, read_run_id, run_i
 IGNORED = tuple(f"model.{key}" for key in sorted(TAKES_EFFECT_AT_RESUME))  # settings that may change at resume
 
 
-def _version_number(path: Path) -> int:
+def version_number(path: Path) -> int:
     return int(path.name.split("_")[1]) if path.name.split("_")[-1].isdigit() else -1
 
 
@@ -55,7 +55,7 @@ def find_runs(paths: list[Path]) -> tuple[dict[Path, list[Path]], list[str]]:
             run = metrics.parent if metrics.parent == path else metrics.parent.parent
             runs.setdefault(run, []).append(metrics.parent)
     ignored = [str(v) for versions in runs.values() for v in versions if not is_fit(v)]
-    runs = {run: sorted({v for v in versions if is_fit(v)}, key=_version_number) for run, versions in runs.items()}
+    runs = {run: sorted({v for v in versions if is_fit(v)}, key=version_number) for run, versions in runs.items()}
     return {run: versions for run, versions in sorted(runs.items()) if versions}, ignored
 
 

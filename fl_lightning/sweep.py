@@ -73,9 +73,10 @@ def parse(args: list[str]) -> tuple[list[tuple[str, list[str]]], int, int, bool,
             if threads < 1:
                 raise ConfigError("--threads", f"must be ≥ 1, got {threads}")
         elif word.startswith("--keep="):
-            keep = Path(word[len("--keep="):])
-            if not str(keep) or keep.exists() and not keep.is_dir():
-                raise ConfigError("--keep", f"give a directory for the kept runs, got {str(keep)!r}")
+            given = word[len("--keep="):]
+            if not given.strip() or Path(given).exists() and not Path(given).is_dir():
+                raise ConfigError("--keep", f"give a directory for the kept runs (e.g. docs/runs/NAME), got {given!r}")
+            keep = Path(given)
         elif word == "--print":
             print_only = True
         else:
@@ -151,23 +152,28 @@ def main(args: list[str]) -> int:
                    "--ckpt_path", "last"]
         runs.append((label(combination), command))
     configs = check_every_point(runs)
+    if keep is not None:
+        kept_runs.check_apart(keep, Path(save_dir) / name)
+    # every point's verdict before anything is printed, copied or run (a kept run of other settings stops all)
+    verdicts = [kept_runs.serves(keep / tag, config) if keep is not None else None for (tag, _), config in
+                zip(runs, configs)]
     if print_only:  # with --keep: only the runs not kept yet
-        for (tag, command), config in zip(runs, configs):
-            if keep is None or kept_runs.serves(keep / tag, config) is not None:
+        for (tag, command), why in zip(runs, verdicts):
+            if keep is None or why is not None:
                 print(shlex.join(["fl-lightning", *command]))
         return 0
     markers.mkdir(parents=True, exist_ok=True)
-    pending, finished, kept = [], 0, 0
-    for (tag, command), config in zip(runs, configs):
+    pending, finished, collected, kept = [], 0, 0, 0
+    for (tag, command), config, why in zip(runs, configs, verdicts):
         done, run_dir = markers / f"{tag}.done", Path(save_dir) / name / tag
         if keep is None:
             finished += done.exists()
             pending += [] if done.exists() else [(tag, command)]
             continue
-        why = kept_runs.serves(keep / tag, config)
-        if why == kept_runs.NOT_KEPT and done.exists() and run_dir.is_dir():  # finished before --keep was given
-            kept_runs.keep(run_dir, keep / tag)
-            why = None
+        if why == kept_runs.NOT_KEPT and done.exists() and kept_runs.is_run_of(run_dir, config):
+            kept_runs.keep(run_dir, keep / tag, markers)  # finished before --keep was given
+            why = kept_runs.serves(keep / tag, config)
+            collected += why is None
         if why is None:
             kept += 1
             continue
@@ -176,7 +182,7 @@ def main(args: list[str]) -> int:
         done.unlink(missing_ok=True)
         pending.append((tag, command))
     print(f"fl-lightning sweep: {len(runs)} runs, {finished} finished before"
-          + (f", {kept} kept in {keep}" if keep is not None else "")
+          + (f", {kept} kept in {keep}" + (f" ({collected} copied there now)" if collected else "") if keep else "")
           + f", {len(pending)} to run, {jobs} at a time (logs: {markers}/)", flush=True)
     threads = threads or max(1, (os.cpu_count() or 1) // jobs)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
@@ -194,13 +200,17 @@ def main(args: list[str]) -> int:
             running.remove(entry)
             log.close()
             seconds = time.monotonic() - started
-            if process.returncode == 0:
-                if keep is not None:
-                    kept_runs.keep(Path(save_dir) / name / tag, keep / tag)
+            problem = None if process.returncode == 0 else f"exit {process.returncode}"
+            if problem is None and keep is not None:
+                try:
+                    kept_runs.keep(Path(save_dir) / name / tag, keep / tag, markers)
+                except ConfigError as err:
+                    problem = f"not kept: {err}"
+            if problem is None:
                 (markers / f"{tag}.done").write_text(f"{seconds:.1f} s wall time\n")
                 print(f"fl-lightning sweep: {tag} done in {seconds:.0f} s", flush=True)
             else:
                 failed.append(tag)
-                print(f"fl-lightning sweep: {tag} failed (exit {process.returncode}); see {markers}/{tag}.log",
+                print(f"fl-lightning sweep: {tag} failed ({problem}); see {markers}/{tag}.log",
                       flush=True)
     return 1 if failed else 0

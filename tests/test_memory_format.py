@@ -1,6 +1,8 @@
 """Local training at this CPU's limit (fl_lightning.memory_format): conv networks see their image
 batches channels-last, bf16 autocast on the CPU keeps client updates and the server's state in fp32;
 both give the same numbers run to run."""
+import copy
+import pickle
 import warnings
 
 import pytest
@@ -9,7 +11,8 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from fl_lightning import FederatedDataModule
-from fl_lightning.memory_format import cpu_has_native_bf16
+from fl_lightning.errors import ConfigError
+from fl_lightning.memory_format import cpu_has_native_bf16, set_channels_last
 from fl_lightning.models import MLP
 from tests.conftest import fl_module, make_trainer
 
@@ -53,6 +56,37 @@ def test_conv_networks_see_channels_last_batches_on_the_cpu_unless_told_otherwis
     net = SmallCNN()
     fit(net, channels_last=choice)
     assert net.saw_channels_last == {expected}  # training and evaluation alike
+
+
+class ViewingCNN(SmallCNN):
+    """Flattens with ``view``, as many tutorials do: that cannot take a channels-last activation."""
+
+    def forward(self, x):
+        return self.fc(self.pool(torch.relu(self.conv(x))).view(x.size(0), -1))
+
+
+def test_a_network_whose_forward_cannot_take_channels_last_trains_contiguous_or_is_refused_in_one_line():
+    with pytest.warns(UserWarning, match=r"model.channels_last: the network's forward fails on channels-last "
+                                         r"batches \(view size is not compatible"):
+        module = fit(ViewingCNN())
+    assert torch.isfinite(module.flat.vector).all()
+    with pytest.raises(ConfigError, match=r"^model.channels_last: the network's forward fails on channels-last batches .*; use "
+                                          r"reshape instead of view after a convolution, or set it false$"):
+        fit(ViewingCNN(), channels_last=True)
+
+
+def test_the_layout_survives_copies_and_pickles_of_the_network():
+    net = SmallCNN()
+    set_channels_last(net, True)
+    copied, restored = copy.deepcopy(net), pickle.loads(pickle.dumps(net))
+    for other in (copied, restored):
+        assert len(other._forward_pre_hooks) == 1
+        set_channels_last(other, False)
+        assert len(other._forward_pre_hooks) == 0
+        set_channels_last(other, True)
+        set_channels_last(other, True)  # on twice: still one hook
+        assert len(other._forward_pre_hooks) == 1
+    assert len(net._forward_pre_hooks) == 1
 
 
 def test_channels_last_gives_the_same_numbers_run_to_run_and_the_vector_stays_the_source_of_truth():

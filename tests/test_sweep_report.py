@@ -122,7 +122,8 @@ def test_kept_runs_outlive_the_run_directory_and_a_sweep_skips_them(capsys):
     assert main([*sweep, "--trainer.max_epochs", "2"]) == 0
     kept = Path("kept")
     assert sorted(str(p.relative_to(kept)) for p in kept.rglob("*") if p.is_file()) == [
-        f"seed_everything={s}/version_0/{name}" for s in (0, 1) for name in ("config.yaml", "metrics.csv")]
+        f"seed_everything={s}/{name}" for s in (0, 1) for name in (".kept", "version_0/config.yaml",
+                                                                   "version_0/metrics.csv")]
     for seed in (0, 1):
         run = Path(f"runs/quickstart/seed_everything={seed}/version_0")
         assert (kept / f"seed_everything={seed}/version_0/metrics.csv").read_bytes() == (run / "metrics.csv").read_bytes()
@@ -147,3 +148,26 @@ def test_kept_runs_outlive_the_run_directory_and_a_sweep_skips_them(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("fl-lightning: error: sweep --keep: kept/seed_everything=0 holds "
                                                "another run (id "), err
+
+
+def test_kept_runs_are_whole_runs_apart_from_the_run_directories(capsys):
+    """Only a copy finished by keep() (its .kept marker) counts; the copies may not overlap the runs'
+    own directory (checkpoints); every option that may change at resume has a rule for kept runs."""
+    from fl_lightning import kept_runs
+    from fl_lightning.run_identity import TAKES_EFFECT_AT_RESUME
+
+    sorted_out = kept_runs.AT_LEAST + kept_runs.EQUAL + kept_runs.HOW_COMPUTED
+    assert {key.split(".", 1)[1] for key in sorted_out if key.startswith("model.")} == TAKES_EFFECT_AT_RESUME
+    base = ["sweep", "--config", QUICKSTART, "--grid", "seed_everything=0", "--trainer.max_epochs", "1", *QUIET]
+    assert main([*base, "--keep", "runs/quickstart"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["fl-lightning: error: --keep: runs/quickstart overlaps the runs' own directory runs/quickstart; "
+                   "keep the copies elsewhere, e.g. docs/runs/<name>"]
+    assert main([*base, "--keep="]) == 2 and "--keep: give a directory" in capsys.readouterr().err
+    half = Path("kept/seed_everything=0/version_0")  # as if a copy had been killed before its marker
+    half.mkdir(parents=True)
+    (half / "config.yaml").write_text("seed_everything: 0\n")
+    assert main([*base, "--keep", "kept"]) == 0
+    assert "0 kept in kept, 1 to run" in capsys.readouterr().out
+    assert (half.parent / ".kept").is_file() and (half / "metrics.csv").is_file()
+    assert [p.name for p in Path("kept").iterdir()] == ["seed_everything=0"]  # no partial copy left beside it
