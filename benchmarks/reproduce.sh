@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Re-measures docs/reproduction.md: every claim's runs, three seeds each, as fl-lightning sweeps
-# (finished runs are skipped, so a killed script resumes). Usage:
+# (finished and kept runs are skipped, so a killed script resumes). Usage:
 #   benchmarks/reproduce.sh convex        # claims (a)-(d), (h): the comparison set on the convex problem
 #   benchmarks/reproduce.sh blocks        # claim (e): number of blocks N
 #   benchmarks/reproduce.sh momentum      # claim (f): server momentum λ
@@ -9,9 +9,15 @@
 #   benchmarks/reproduce.sh cifar         # claims (a)-(c) on CIFAR-10 LeNet-5, 10 d (≈ 2 h with one thread)
 #   benchmarks/reproduce.sh cifar_beyond  # "Beyond the paper" on CIFAR-10: 11 methods, 10 d or 40 rounds, 3 seeds
 #   benchmarks/reproduce.sh cifar_lr      # issue 21: lr ∈ {0.01, 0.03, 0.05, 0.1, 0.2} per algorithm, 5 d, seed 0
-# CIFAR-10 sweeps keep every finished run's metrics.csv and config.yaml in docs/runs/<name>/ and skip
-# the runs kept there: a fresh clone runs only what is missing (add --print to list it).
-# then: fl-lightning report runs/reproduction/<name> --target 0.88 --out docs/reproduction/<name>
+# and, each algorithm at the lr that search chose (own_lr below), three seeds, 10 d:
+#   benchmarks/reproduce.sh cifar_claims     # claims (a)-(c): FedAvg, FedAvgM, SCAFFOLD, FedBCGD, FedBCGD+
+#   benchmarks/reproduce.sh cifar_blocks     # claim (e): FedBCGD with N = 1, 2, 5, 10 blocks
+#   benchmarks/reproduce.sh cifar_momentum   # claim (f): FedBCGD with λ = 0.4, 0.6, 0.8, 0.9
+#   benchmarks/reproduce.sh cifar_ablations  # claim (g): freezing, no shared block, no momentum
+#   benchmarks/reproduce.sh cifar_rho01      # Table 4: ρ = 0.1 for FedAvg, FedAvgM, FedBCGD, FedBCGD+
+# Every sweep keeps each finished run's metrics.csv and config.yaml in docs/runs/<name>/ and skips the
+# runs kept there: a fresh clone runs only what is missing (add --print after the target to list it).
+# then: fl-lightning report docs/runs/<name> --target 0.88 --out docs/reproduction/<name>
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FL=${FL:-.venv/bin/fl-lightning}
@@ -19,7 +25,8 @@ CONVEX=(--config configs/experiments/convex_mnist_logreg.yaml --model.lr 0.03 --
         --trainer.enable_progress_bar false --grid seed_everything=0,1,2 --jobs "${JOBS:-2}" --threads "${THREADS:-1}")
 sweep() {  # sweep <name> [options...]
   local name=$1; shift
-  $FL sweep "${CONVEX[@]}" --trainer.logger.init_args.name "reproduction/$name" "$@"
+  $FL sweep "${CONVEX[@]}" --trainer.logger.init_args.name "reproduction/$name" --keep "docs/runs/$name" "$@" \
+    ${EXTRA[@]+"${EXTRA[@]}"}
 }
 cifar_sweep() {  # cifar_sweep <name> [options...]: CIFAR-10 LeNet-5 (rho 0.6), evaluated every 0.5 d, kept in docs/runs/<name>
   local name=$1; shift
@@ -27,6 +34,17 @@ cifar_sweep() {  # cifar_sweep <name> [options...]: CIFAR-10 LeNet-5 (rho 0.6), 
     --model.eval_every_d 0.5 --trainer.check_val_every_n_epoch 1 --trainer.max_epochs 1000 \
     --trainer.enable_progress_bar false --keep "docs/runs/$name" --jobs "${JOBS:-1}" --threads "${THREADS:-1}" "$@" \
     ${EXTRA[@]+"${EXTRA[@]}"}
+}
+own_lr() {  # the lr the cifar_lr search chose (docs/reproduction.md, "Learning rates searched on CIFAR-10")
+  case $1 in
+    fedavg) echo 0.2 ;; fedavgm) echo 0.2 ;; scaffold) echo 0.2 ;; fedbcgd|fedbcgd_freezing) echo 0.2 ;; fedbcgd_plus) echo 0.2 ;;
+    *) echo "own_lr: no lr chosen for $1" >&2; exit 2 ;;
+  esac
+}
+cifar_own() {  # cifar_own <name> <algorithm> [options...]: three seeds at the algorithm's own lr, 10 d
+  local name=$1 algorithm=$2; shift 2
+  cifar_sweep "$name" --model.lr "$(own_lr "$algorithm")" --model.max_upload_d 10 \
+    --grid "model.algorithm=$algorithm" --grid seed_everything=0,1,2 "$@"
 }
 target=${1:-}
 shift || true
@@ -52,5 +70,15 @@ case "$target" in
       --grid model.algorithm=fedavg,fedbcgd,signsgd,eden,powersgd,topk,fedpaq,fedbcgd_qsgd,fedbcgd_eden,fedbcgd_sign,fedbcgd_powersgd ;;
   cifar_lr) cifar_sweep cifar_lr --model.max_upload_d 5 --seed_everything 0 \
       --grid model.algorithm=fedavg,fedavgm,scaffold,fedbcgd,fedbcgd_plus --grid model.lr=0.01,0.03,0.05,0.1,0.2 ;;
-  *) echo "usage: $0 convex|blocks|momentum|ablations|beyond|cifar|cifar_beyond|cifar_lr" >&2; exit 2 ;;
+  cifar_claims) for a in fedavg fedavgm scaffold fedbcgd fedbcgd_plus; do cifar_own cifar_claims $a; done ;;
+  cifar_blocks) cifar_own cifar_blocks fedbcgd --model.algorithm.block_division balanced --grid model.algorithm.num_blocks=1,2,5,10 ;;
+  cifar_momentum) cifar_own cifar_momentum fedbcgd --grid model.algorithm.server_momentum=0.4,0.6,0.8,0.9 ;;
+  cifar_ablations)  # FedBCGD as configured (λ 0.5, shared block), then one change at a time
+    cifar_own cifar_ablations/full fedbcgd
+    cifar_own cifar_ablations/freezing fedbcgd_freezing
+    cifar_own cifar_ablations/no_shared_block fedbcgd --model.algorithm.shared_block false
+    cifar_own cifar_ablations/no_momentum fedbcgd --model.algorithm.server_momentum 0 ;;
+  cifar_rho01) for a in fedavg fedavgm fedbcgd fedbcgd_plus; do cifar_own cifar_rho01 $a --data.dirichlet_rho 0.1; done ;;
+  *) echo "usage: $0 convex|blocks|momentum|ablations|beyond|cifar|cifar_beyond|cifar_lr|cifar_claims|cifar_blocks|cifar_momentum|cifar_ablations|cifar_rho01" >&2
+     exit 2 ;;
 esac
