@@ -6,8 +6,9 @@ SGD (lr 0.05, weight decay 1e-3). The FL side runs real rounds through a Lightni
 size and optimizer. Rounds of the two are interleaved and the median round time of each is
 compared, so machine noise hits both alike. Target: ratio ≥ 0.90.
 
-Compressed uploads (issue 10) are timed the same way: FedAvg rounds with Top-k (10 %, error
-feedback) and with QSGD (s = 255, buckets of 512) against uncompressed FedAvg rounds.
+Compressed uploads (issues 10 and 20) are timed the same way: FedAvg rounds with Top-k (10 %, error
+feedback), QSGD (s = 255, buckets of 512), EF-signSGD, DRIVE/EDEN (Hadamard rotation of the upload
+padded to 2^20) and PowerSGD (rank 2) against uncompressed FedAvg rounds.
 Target: at most 1.2× the uncompressed round.
 """
 from __future__ import annotations
@@ -102,7 +103,7 @@ def main() -> None:
     generator = torch.Generator().manual_seed(0)
     plain_round(model, optimizer, x, y, generator)  # warm-up
     fl_rounds(x, y, 1)  # warm-up
-    plain, fl, compressed = [], [], {"topk": [], "fedpaq": []}
+    plain, fl, compressed = [], [], {name: [] for name in ("topk", "fedpaq", "signsgd", "eden", "powersgd")}
     for _ in range(args.repeats):
         plain.append(plain_round(model, optimizer, x, y, generator))
         fl.extend(fl_rounds(x, y, 1))
@@ -116,7 +117,7 @@ def main() -> None:
     print(f"ratio fl/plain     : {fl_rate / plain_rate:.3f}  (target ≥ 0.90)")
     for algorithm, times in compressed.items():
         ratio = statistics.median(times) / statistics.median(fl)
-        print(f"{algorithm:6s} round / fedavg round: {ratio:.3f}  (target ≤ 1.2; round times "
+        print(f"{algorithm:8s} round / fedavg round: {ratio:.3f}  (target ≤ 1.2; round times "
               f"{', '.join(f'{t:.2f}s' for t in times)})")
 
 
