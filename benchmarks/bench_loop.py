@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import logging
 import statistics
+import tempfile
 import time
 import warnings
 
@@ -83,10 +84,12 @@ def fl_rounds(x, y, rounds: int, algorithm: str = "fedavg", channels_last=None, 
                              parallel_clients=parallel_clients)
     module.prints_summary = False  # a timed round, not a run to report
     timer = RoundTimer()
-    trainer = pl.Trainer(max_epochs=rounds, accelerator=accelerator, devices=1, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
-                         num_sanity_val_steps=0, callbacks=[timer], precision=precision)
-    trainer.fit(module, data)
+    with tempfile.TemporaryDirectory() as scratch:  # the client-state store (residuals, Q) lives under the root dir
+        trainer = pl.Trainer(max_epochs=rounds, accelerator=accelerator, devices=1, logger=False,
+                             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                             limit_val_batches=0, num_sanity_val_steps=0, callbacks=[timer], precision=precision,
+                             default_root_dir=scratch)
+        trainer.fit(module, data)
     return timer.times
 
 
