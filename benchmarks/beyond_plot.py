@@ -24,24 +24,15 @@ import matplotlib.pyplot as plt  # noqa: E402
 from fl_lightning.figures import colour_of  # noqa: E402
 
 
-def floats_per_round(runs: str, algorithm: str) -> float:
-    """comm/upload_d after round 1 (floats per client per round, in d), the median over the seeds."""
-    values = []
-    for path in glob.glob(os.path.join(runs, f"*algorithm={algorithm}", "version_*", "metrics.csv")):
-        with open(path) as f:
-            first = next(row for row in csv.DictReader(f) if row.get("round") == "1.0")
-        values.append(float(first["comm/upload_d"]))
-    return statistics.median(values)
-
-
-def floats_at_end(runs: str, algorithm: str) -> list[float]:
-    """comm/upload_d of each seed's last round."""
-    totals = []
+def uploads(runs: str, algorithm: str) -> list[tuple[float, float]]:
+    """(comm/upload_d after round 1, after the last round) of each seed's run: floats per client per round,
+    and by the end, in d."""
+    pairs = []
     for path in glob.glob(os.path.join(runs, f"*algorithm={algorithm}", "version_*", "metrics.csv")):
         with open(path) as f:
             rows = [row for row in csv.DictReader(f) if row.get("comm/upload_d")]
-        totals.append(float(rows[-1]["comm/upload_d"]))
-    return totals
+        pairs.append((float(rows[0]["comm/upload_d"]), float(rows[-1]["comm/upload_d"])))
+    return pairs
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
@@ -67,10 +58,11 @@ def main() -> None:
     for row in rows:
         algorithm = row["group"].split("algorithm=")[-1].split(",")[0]
         marker = "s" if algorithm.startswith("fedbcgd") else "o"
+        per_round, at_end = zip(*uploads(args.runs, algorithm))
         if args.final:
-            (x, x_err), column = mean_std(floats_at_end(args.runs, algorithm)), "final_val_acc"
+            (x, x_err), column = mean_std(list(at_end)), "final_val_acc"
         else:
-            x, x_err, column = floats_per_round(args.runs, algorithm), 0.0, f"acc_at_{args.budget}d"
+            x, x_err, column = statistics.median(per_round), 0.0, f"acc_at_{args.budget}d"
         y, err = 100 * float(row[column]), 100 * number(row[f"{column}_std"])
         ax.errorbar(x, y, xerr=x_err or None, yerr=err, fmt=marker, color=colour_of(algorithm), capsize=3,
                     markersize=7, label=algorithm)

@@ -12,8 +12,8 @@ from typing import Optional
 import yaml
 
 from fl_lightning.errors import ConfigError
-from fl_lightning.report import version_number
-from fl_lightning.run_identity import read_run_id, run_id
+from fl_lightning.report import version_id, version_number
+from fl_lightning.run_identity import run_id, value_at
 
 KEPT_FILES = ("metrics.csv", "config.yaml")
 MARKER = ".kept"  # written last: a directory without it holds no finished run
@@ -26,12 +26,6 @@ HOW_COMPUTED = ("model.parallel_clients", "model.channels_last")  # the same run
 NOT_KEPT = "not kept yet"
 
 
-def _value(config: dict, dotted: str):
-    for part in dotted.split("."):
-        config = config.get(part) if isinstance(config, dict) else None
-    return config
-
-
 def _limit(value) -> float:
     return math.inf if value is None or value == -1 else value  # trainer.max_steps -1: no limit
 
@@ -40,14 +34,10 @@ def _versions(run_dir: Path) -> list[Path]:
     return sorted((p for p in run_dir.glob("version_*") if (p / "config.yaml").is_file()), key=version_number)
 
 
-def _id_of(version: Path) -> str:
-    return read_run_id(version / "config.yaml") or run_id(yaml.safe_load((version / "config.yaml").read_text()) or {})
-
-
 def is_run_of(run_dir: Path, config: dict) -> bool:
     """``run_dir``'s newest version is a run of ``config`` (the same run id)."""
     versions = _versions(run_dir)
-    return bool(versions) and _id_of(versions[-1]) == run_id(config)
+    return bool(versions) and version_id(versions[-1]) == run_id(config)
 
 
 def serves(kept: Path, config: dict) -> Optional[str]:
@@ -56,16 +46,16 @@ def serves(kept: Path, config: dict) -> Optional[str]:
     versions = _versions(kept) if (kept / MARKER).is_file() else []
     if not versions:
         return NOT_KEPT
-    old, old_id = yaml.safe_load((versions[-1] / "config.yaml").read_text()) or {}, _id_of(versions[-1])
+    old, old_id = yaml.safe_load((versions[-1] / "config.yaml").read_text()) or {}, version_id(versions[-1])
     if old_id != run_id(config):
         raise ConfigError("sweep --keep", f"{kept} holds another run (id {old_id}, this grid point is "
                           f"{run_id(config)}): keep this sweep in another directory, or remove that one")
     for key in AT_LEAST:
-        if _limit(_value(old, key)) < _limit(_value(config, key)):
-            return f"kept with {key} {_value(old, key)} < {_value(config, key)}"
+        if _limit(value_at(old, key)) < _limit(value_at(config, key)):
+            return f"kept with {key} {value_at(old, key)} < {value_at(config, key)}"
     for key in EQUAL:
-        if _value(old, key) != _value(config, key):
-            return f"kept with {key} {_value(old, key)}, asked for {_value(config, key)}"
+        if value_at(old, key) != value_at(config, key):
+            return f"kept with {key} {value_at(old, key)}, asked for {value_at(config, key)}"
     return None
 
 
@@ -76,12 +66,12 @@ def keep(run_dir: Path, kept: Path, work: Path) -> None:
     if not versions:
         raise ConfigError("sweep --keep", f"{run_dir} has no version_N/config.yaml to keep; the runs need a CSV "
                           "logger (trainer.logger) with its default version_N folders")
-    newest = _id_of(versions[-1])
+    newest = version_id(versions[-1])
     partial, replaced = work / f"{kept.name}.partial", work / f"{kept.name}.replaced"
     for stale in (partial, replaced):
         shutil.rmtree(stale, ignore_errors=True)
     for version in versions:
-        if _id_of(version) == newest:
+        if version_id(version) == newest:
             (partial / version.name).mkdir(parents=True)
             for name in KEPT_FILES:
                 if (version / name).is_file():

@@ -62,16 +62,19 @@ def find_runs(paths: list[Path]) -> tuple[dict[Path, list[Path]], list[str]]:
 def check_one_run(run: Path, versions: list[Path]) -> None:
     """The version_N pieces of a folder are joined only when they are one run resumed (same run id, or
     for runs written before ids the same identity settings); otherwise one line naming them."""
-    ids = {v.name: read_run_id(v / "config.yaml") or settings_digest(v) for v in versions}
+    ids = {v.name: version_id(v) for v in versions}
     if len(set(ids.values())) > 1:
         named = ", ".join(f"{name} ({identity})" for name, identity in ids.items())
         raise ConfigError("report", f"{run} holds different runs ({named}); give their version_N folders "
                           "separately, or move them apart")
 
 
-def settings_digest(version: Path) -> str:
+def version_id(version: Path) -> str:
+    """The run id at the top of ``version``'s config.yaml; for runs written before ids, the digest of its settings."""
     config = version / "config.yaml"
-    return run_id(yaml.safe_load(config.read_text()) or {}) if config.is_file() else "no config.yaml"
+    if not config.is_file():
+        return "no config.yaml"
+    return read_run_id(config) or run_id(yaml.safe_load(config.read_text()) or {})
 
 
 def read_curve(versions: list[Path]) -> list[dict]:

@@ -35,7 +35,8 @@ def run_id(config: dict) -> str:
     return hashlib.sha1(json.dumps(identity_settings(config), sort_keys=True).encode()).hexdigest()[:12]
 
 
-def _value_at(config: dict, key: str):
+def value_at(config: dict, key: str):
+    """``config['a']['b']`` for ``'a.b'``; None where absent."""
     node = config
     for part in key.split("."):
         if not isinstance(node, dict) or part not in node:
@@ -74,7 +75,7 @@ def run_label(config: dict, algorithm: str, args: list[str]) -> str:
                 path = nested + "init_args." + key[len(nested):]
         if key == "model.network":
             path = "model.network.class_path"
-        parts.append(f"{rest.split('.')[-1]}={_short(_value_at(config, path))}")
+        parts.append(f"{rest.split('.')[-1]}={_short(value_at(config, path))}")
     parts.append(f"seed={config.get('seed_everything')}")
     label = ",".join(parts)
     return label if len(label) <= 120 else f"{label[:100]}-{run_id(config)}"

@@ -143,7 +143,8 @@ def main(args: list[str]) -> int:
     grid, jobs, threads, print_only, keep, rest = parse(args)
     check_option_names(rest)
     save_dir, name = logger_place(rest)
-    markers = Path(save_dir) / name / ".sweep"
+    root = Path(save_dir) / name  # the runs' own folders: root/<grid values>/version_N
+    markers = root / ".sweep"
     runs = []
     for values in itertools.product(*(choices for _, choices in grid)):
         combination = tuple((key, value) for (key, _), value in zip(grid, values))
@@ -153,7 +154,7 @@ def main(args: list[str]) -> int:
         runs.append((label(combination), command))
     configs = check_every_point(runs)
     if keep is not None:
-        kept_runs.check_apart(keep, Path(save_dir) / name)
+        kept_runs.check_apart(keep, root)
     # every point's verdict before anything is printed, copied or run (a kept run of other settings stops all)
     verdicts = [kept_runs.serves(keep / tag, config) if keep is not None else None for (tag, _), config in
                 zip(runs, configs)]
@@ -165,7 +166,7 @@ def main(args: list[str]) -> int:
     markers.mkdir(parents=True, exist_ok=True)
     pending, finished, collected, kept = [], 0, 0, 0
     for (tag, command), config, why in zip(runs, configs, verdicts):
-        done, run_dir = markers / f"{tag}.done", Path(save_dir) / name / tag
+        done, run_dir = markers / f"{tag}.done", root / tag
         if keep is None:
             finished += done.exists()
             pending += [] if done.exists() else [(tag, command)]
@@ -203,7 +204,7 @@ def main(args: list[str]) -> int:
             problem = None if process.returncode == 0 else f"exit {process.returncode}"
             if problem is None and keep is not None:
                 try:
-                    kept_runs.keep(Path(save_dir) / name / tag, keep / tag, markers)
+                    kept_runs.keep(root / tag, keep / tag, markers)
                 except ConfigError as err:
                     problem = f"not kept: {err}"
             if problem is None:
