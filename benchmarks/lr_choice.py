@@ -3,12 +3,14 @@ per algorithm. Score: the mean val/acc of the last three evaluations within the 
 the last three rather than the final one, because a single evaluation swings by a few points from
 round to round). The paper searched lr ∈ {0.01, 0.03, 0.05, 0.1, 0.2, 0.3} per algorithm and kept the best.
 
-    .venv/bin/python benchmarks/lr_choice.py docs/runs/cifar_lr
+    .venv/bin/python benchmarks/lr_choice.py docs/runs/cifar_lr                    # the table
+    .venv/bin/python benchmarks/lr_choice.py docs/runs/cifar_lr --chosen fedbcgd   # one lr (reproduce.sh's own_lr)
 """
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 from pathlib import Path
 
 from fl_lightning.report import find_runs, read_curve
@@ -23,12 +25,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", help="the kept lr search, one folder per algorithm=NAME,lr=VALUE")
     parser.add_argument("--last", type=int, default=3, help="evaluations averaged")
+    parser.add_argument("--chosen", metavar="ALGORITHM", help="print only the lr chosen for ALGORITHM; refused "
+                        "while its search is not complete (every lr of the grid kept)")
     args = parser.parse_args()
     grid: dict[str, dict[float, float]] = {}
     for run, versions in find_runs([Path(args.runs)])[0].items():
         settings = dict(part.split("=", 1) for part in run.name.split(","))
         grid.setdefault(settings["algorithm"], {})[float(settings["lr"])] = score(versions, args.last)
     lrs = sorted({lr for by_lr in grid.values() for lr in by_lr})
+    if args.chosen is not None:
+        missing = [f"{lr:g}" for lr in lrs if lr not in grid.get(args.chosen, {})]
+        if missing:
+            sys.exit(f"lr_choice: --chosen {args.chosen}: lr {', '.join(missing)} not kept in {args.runs} yet; "
+                     "finish the search first (benchmarks/reproduce.sh cifar_lr)")
+        print(f"{max(grid[args.chosen], key=grid[args.chosen].get):g}")
+        return
     print(f"mean val/acc (%) of the last {args.last} evaluations; bold: the lr chosen")
     print("| algorithm | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " | chosen lr |")
     print("| --- |" + " --- |" * (len(lrs) + 1))

@@ -17,6 +17,7 @@
 #   benchmarks/reproduce.sh cifar_rho01      # Table 4: ρ = 0.1 for FedAvg, FedAvgM, FedBCGD, FedBCGD+
 # Every sweep keeps each finished run's metrics.csv and config.yaml in docs/runs/<name>/ and skips the
 # runs kept there: a fresh clone runs only what is missing (add --print after the target to list it).
+# ALGORITHMS="fedavg fedbcgd" restricts cifar_claims and cifar_rho01 to those algorithms (e.g. two sittings at once).
 # then: fl-lightning report docs/runs/<name> --target 0.88 --out docs/reproduction/<name>
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,16 +36,17 @@ cifar_sweep() {  # cifar_sweep <name> [options...]: CIFAR-10 LeNet-5 (rho 0.6), 
     --trainer.enable_progress_bar false --keep "docs/runs/$name" --jobs "${JOBS:-1}" --threads "${THREADS:-1}" "$@" \
     ${EXTRA[@]+"${EXTRA[@]}"}
 }
-own_lr() {  # the lr the cifar_lr search chose (docs/reproduction.md, "Learning rates searched on CIFAR-10");
-  # FedBCGD+'s search was not finished at the last sitting: 0.1 until benchmarks/lr_choice.py says otherwise
-  case $1 in
-    fedavg) echo 0.1 ;; fedavgm) echo 0.1 ;; scaffold) echo 0.1 ;; fedbcgd|fedbcgd_freezing) echo 0.1 ;; fedbcgd_plus) echo 0.1 ;;
-    *) echo "own_lr: no lr chosen for $1" >&2; exit 2 ;;
-  esac
+own_lr() {  # the lr the cifar_lr search chose for $1 (docs/reproduction.md, "Learning rates searched on CIFAR-10"),
+  # read from the runs kept in docs/runs/cifar_lr; refused while that algorithm's search is unfinished
+  local searched=$1
+  [ "$searched" = fedbcgd_freezing ] && searched=fedbcgd  # the ablation keeps FedBCGD's lr
+  "${PYTHON:-.venv/bin/python}" benchmarks/lr_choice.py docs/runs/cifar_lr --chosen "$searched"
 }
 cifar_own() {  # cifar_own <name> <algorithm> [options...]: three seeds at the algorithm's own lr, 10 d
   local name=$1 algorithm=$2; shift 2
-  cifar_sweep "$name" --model.lr "$(own_lr "$algorithm")" --model.max_upload_d 10 \
+  local lr
+  lr=$(own_lr "$algorithm")
+  cifar_sweep "$name" --model.lr "$lr" --model.max_upload_d 10 \
     --grid "model.algorithm=$algorithm" --grid seed_everything=0,1,2 "$@"
 }
 target=${1:-}
@@ -71,15 +73,14 @@ case "$target" in
       --grid model.algorithm=fedavg,fedbcgd,signsgd,eden,powersgd,topk,fedpaq,fedbcgd_qsgd,fedbcgd_eden,fedbcgd_sign,fedbcgd_powersgd ;;
   cifar_lr) cifar_sweep cifar_lr --model.max_upload_d 5 --seed_everything 0 \
       --grid model.algorithm=fedavg,fedavgm,scaffold,fedbcgd,fedbcgd_plus --grid model.lr=0.01,0.03,0.05,0.1,0.2 ;;
-  cifar_claims) for a in fedavg fedavgm scaffold fedbcgd fedbcgd_plus; do cifar_own cifar_claims $a; done ;;
+  cifar_claims) for a in ${ALGORITHMS:-fedavg fedavgm scaffold fedbcgd fedbcgd_plus}; do cifar_own cifar_claims $a; done ;;
   cifar_blocks) cifar_own cifar_blocks fedbcgd --model.algorithm.block_division balanced --grid model.algorithm.num_blocks=1,2,5,10 ;;
   cifar_momentum) cifar_own cifar_momentum fedbcgd --grid model.algorithm.server_momentum=0.4,0.6,0.8,0.9 ;;
-  cifar_ablations)  # FedBCGD as configured (λ 0.5, shared block), then one change at a time
-    cifar_own cifar_ablations/full fedbcgd
+  cifar_ablations)  # one change at a time to FedBCGD as configured (λ 0.5, shared block: cifar_claims' FedBCGD runs)
     cifar_own cifar_ablations/freezing fedbcgd_freezing
     cifar_own cifar_ablations/no_shared_block fedbcgd --model.algorithm.shared_block false
     cifar_own cifar_ablations/no_momentum fedbcgd --model.algorithm.server_momentum 0 ;;
-  cifar_rho01) for a in fedavg fedavgm fedbcgd fedbcgd_plus; do cifar_own cifar_rho01 $a --data.dirichlet_rho 0.1; done ;;
+  cifar_rho01) for a in ${ALGORITHMS:-fedavg fedavgm fedbcgd fedbcgd_plus}; do cifar_own cifar_rho01 $a --data.dirichlet_rho 0.1; done ;;
   *) echo "usage: $0 convex|blocks|momentum|ablations|beyond|cifar|cifar_beyond|cifar_lr|cifar_claims|cifar_blocks|cifar_momentum|cifar_ablations|cifar_rho01" >&2
      exit 2 ;;
 esac
