@@ -17,7 +17,8 @@
 #   benchmarks/reproduce.sh cifar_rho01      # Table 4: ρ = 0.1 for FedAvg, FedAvgM, FedBCGD, FedBCGD+
 # Every sweep keeps each finished run's metrics.csv and config.yaml in docs/runs/<name>/ and skips the
 # runs kept there: a fresh clone runs only what is missing (add --print after the target to list it).
-# ALGORITHMS="fedavg fedbcgd" restricts cifar_claims and cifar_rho01 to those algorithms (e.g. two sittings at once).
+# ALGORITHMS="fedavg fedbcgd" restricts cifar_claims and cifar_rho01 to those algorithms, SEEDS=0 (or 0,1) the CIFAR-10
+# targets' seeds (e.g. one seed of everything first, or two sittings at once).
 # then: fl-lightning report docs/runs/<name> --target 0.88 --out docs/reproduction/<name>
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,7 +48,7 @@ cifar_own() {  # cifar_own <name> <algorithm> [options...]: three seeds at the a
   local lr
   lr=$(own_lr "$algorithm")
   cifar_sweep "$name" --model.lr "$lr" --model.max_upload_d 10 \
-    --grid "model.algorithm=$algorithm" --grid seed_everything=0,1,2 "$@"
+    --grid "model.algorithm=$algorithm" --grid "seed_everything=${SEEDS:-0,1,2}" "$@"
 }
 target=${1:-}
 shift || true
@@ -69,7 +70,7 @@ case "$target" in
            --model.max_upload_d "${BUDGET:-10}" --model.eval_every_d 0.5 --trainer.check_val_every_n_epoch 1 \
            --trainer.max_epochs 1000 --trainer.enable_progress_bar false --grid seed_everything=0,1,2 \
            --grid model.algorithm=fedavg,fedavgm,scaffold,fedbcgd,fedbcgd_plus --jobs "${JOBS:-1}" --threads "${THREADS:-1}" ;;
-  cifar_beyond) cifar_sweep cifar_beyond --model.max_upload_d 10 --trainer.max_epochs 40 --grid seed_everything=0,1,2 \
+  cifar_beyond) cifar_sweep cifar_beyond --model.max_upload_d 10 --trainer.max_epochs 40 --grid "seed_everything=${SEEDS:-0,1,2}" \
       --grid model.algorithm=fedavg,fedbcgd,signsgd,eden,powersgd,topk,fedpaq,fedbcgd_qsgd,fedbcgd_eden,fedbcgd_sign,fedbcgd_powersgd ;;
   cifar_lr) cifar_sweep cifar_lr --model.max_upload_d 5 --seed_everything 0 \
       --grid model.algorithm=fedavg,fedavgm,scaffold,fedbcgd,fedbcgd_plus --grid model.lr=0.01,0.03,0.05,0.1,0.2 ;;
