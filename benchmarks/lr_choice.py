@@ -21,6 +21,11 @@ def score(versions: list[Path], last: int) -> float:
     return statistics.fmean(accuracy[-last:])
 
 
+def best_lr(by_lr: dict[float, float]) -> float:
+    """The lr of the highest score; of equal scores, the smallest lr."""
+    return max(sorted(by_lr), key=by_lr.get)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", help="the kept lr search, one folder per algorithm=NAME,lr=VALUE")
@@ -36,15 +41,16 @@ def main() -> None:
     if args.chosen is not None:
         missing = [f"{lr:g}" for lr in lrs if lr not in grid.get(args.chosen, {})]
         if missing:
-            sys.exit(f"lr_choice: --chosen {args.chosen}: lr {', '.join(missing)} not kept in {args.runs} yet; "
-                     "finish the search first (benchmarks/reproduce.sh cifar_lr)")
-        print(f"{max(grid[args.chosen], key=grid[args.chosen].get):g}")
+            print(f"lr_choice: --chosen {args.chosen}: lr {', '.join(missing)} not kept in {args.runs} yet; "
+                  "finish the search first (benchmarks/reproduce.sh cifar_lr)", file=sys.stderr)
+            sys.exit(2)
+        print(f"{best_lr(grid[args.chosen]):g}")
         return
     print(f"mean val/acc (%) of the last {args.last} evaluations; bold: the lr chosen")
     print("| algorithm | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " | chosen lr |")
     print("| --- |" + " --- |" * (len(lrs) + 1))
     for algorithm, by_lr in sorted(grid.items()):
-        best = max(by_lr, key=by_lr.get)
+        best = best_lr(by_lr)
         cells = [("—" if lr not in by_lr else f"**{100 * by_lr[lr]:.1f}**" if lr == best else f"{100 * by_lr[lr]:.1f}")
                  for lr in lrs]
         print(f"| {algorithm} | " + " | ".join(cells) + f" | {best:g} |")
