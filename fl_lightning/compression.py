@@ -239,12 +239,13 @@ def scaled_sign(x: torch.Tensor, bucket_size: Optional[int]) -> SignMessage:
 def hadamard(x: torch.Tensor) -> torch.Tensor:
     """The orthonormal Walsh–Hadamard transform H/√n of a vector of length n = 2^m (its own inverse)."""
     n = x.numel()
-    y, h = x.clone(), 1
+    y, into, h = x.clone(), torch.empty_like(x), 1  # log2(n) butterfly passes between two buffers
     while h < n:
-        pairs = y.view(-1, 2, h)
-        y = torch.stack((pairs[:, 0] + pairs[:, 1], pairs[:, 0] - pairs[:, 1]), dim=1).reshape(n)
-        h *= 2
-    return y / math.sqrt(n)
+        pairs, out = y.view(-1, 2, h), into.view(-1, 2, h)
+        torch.add(pairs[:, 0], pairs[:, 1], out=out[:, 0])
+        torch.sub(pairs[:, 0], pairs[:, 1], out=out[:, 1])
+        y, into, h = into, y, h * 2
+    return y.div_(math.sqrt(n))
 
 
 @dataclass
