@@ -29,6 +29,7 @@ from fl_lightning.data import DataSplit
 from fl_lightning.models import LeNet5
 
 CLIENTS, PER_CLIENT, BATCH, LR, WD = 10, 500, 50, 0.05, 1e-3
+CODECS = ("topk", "fedpaq", "signsgd", "eden", "powersgd")  # presets: FedAvg with each upload codec
 
 
 class RoundTimer(pl.Callback):
@@ -96,6 +97,8 @@ def fl_rounds(x, y, rounds: int, algorithm: str = "fedavg", channels_last=None, 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="interleaved measurements of each side")
+    parser.add_argument("--codecs", nargs="*", default=list(CODECS), choices=CODECS,
+                        help="the compressed-upload presets timed (default: all)")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
@@ -106,7 +109,7 @@ def main() -> None:
     generator = torch.Generator().manual_seed(0)
     plain_round(model, optimizer, x, y, generator)  # warm-up
     fl_rounds(x, y, 1)  # warm-up
-    plain, fl, compressed = [], [], {name: [] for name in ("topk", "fedpaq", "signsgd", "eden", "powersgd")}
+    plain, fl, compressed = [], [], {name: [] for name in args.codecs}
     for _ in range(args.repeats):
         plain.append(plain_round(model, optimizer, x, y, generator))
         fl.extend(fl_rounds(x, y, 1))
