@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import argparse
 import csv
-import glob
-import os
 import statistics
+from pathlib import Path
 
 import matplotlib
 
@@ -22,16 +21,17 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from fl_lightning.figures import colour_of  # noqa: E402
+from fl_lightning.report import find_runs, read_curve  # noqa: E402
 
 
-def uploads(runs: str, algorithm: str) -> list[tuple[float, float]]:
-    """(comm/upload_d after round 1, after the last round) of each seed's run: floats per client per round,
-    and by the end, in d."""
+def uploads(runs: dict[Path, list[Path]], algorithm: str) -> list[tuple[float, float]]:
+    """(comm/upload_d after round 1, after the last round) of each seed's run — a resumed run's pieces joined,
+    as ``report`` joins them: floats per client per round, and by the end, in d."""
     pairs = []
-    for path in glob.glob(os.path.join(runs, f"*algorithm={algorithm}", "version_*", "metrics.csv")):
-        with open(path) as f:
-            rows = [row for row in csv.DictReader(f) if row.get("comm/upload_d")]
-        pairs.append((float(rows[0]["comm/upload_d"]), float(rows[-1]["comm/upload_d"])))
+    for run, versions in runs.items():
+        if run.name.endswith(f"algorithm={algorithm}"):
+            curve = [row["comm/upload_d"] for row in read_curve(versions) if "comm/upload_d" in row]
+            pairs.append((curve[0], curve[-1]))
     return pairs
 
 
@@ -54,11 +54,12 @@ def main() -> None:
     args = parser.parse_args()
     with open(args.table) as f:
         rows = list(csv.DictReader(f))
+    runs = find_runs([Path(args.runs)])[0]
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
     for row in rows:
         algorithm = row["group"].split("algorithm=")[-1].split(",")[0]
         marker = "s" if algorithm.startswith("fedbcgd") else "o"
-        per_round, at_end = zip(*uploads(args.runs, algorithm))
+        per_round, at_end = zip(*uploads(runs, algorithm))
         if args.final:
             (x, x_err), column = mean_std(list(at_end)), "final_val_acc"
         else:

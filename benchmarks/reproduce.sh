@@ -6,7 +6,6 @@
 #   benchmarks/reproduce.sh momentum      # claim (f): server momentum λ
 #   benchmarks/reproduce.sh ablations     # claim (g): Fig. 5's ablations
 #   benchmarks/reproduce.sh beyond        # "Beyond the paper": EF-signSGD, PowerSGD, EDEN, alone and on blocks
-#   benchmarks/reproduce.sh cifar         # claims (a)-(c) on CIFAR-10 LeNet-5, 10 d (≈ 2 h with one thread)
 #   benchmarks/reproduce.sh cifar_beyond  # "Beyond the paper" on CIFAR-10: 11 methods, 10 d or 40 rounds, 3 seeds
 #   benchmarks/reproduce.sh cifar_lr      # issue 21: lr ∈ {0.01, 0.03, 0.05, 0.1, 0.2} per algorithm, 5 d, seed 0
 # and, each algorithm at the lr that search chose (own_lr below; refused until its search is kept), 10 d:
@@ -26,7 +25,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FL=${FL:-.venv/bin/fl-lightning}
-LRS=0.01,0.03,0.05,0.1,0.2  # cifar_lr's grid; own_lr chooses among exactly these
+PYTHON=${PYTHON:-.venv/bin/python}
 SEEDS=${SEEDS:-0,1,2}
 CONVEX=(--config configs/experiments/convex_mnist_logreg.yaml --model.lr 0.03 --model.eval_every_d 1
         --trainer.enable_progress_bar false --grid seed_everything=0,1,2 --jobs "${JOBS:-2}" --threads "${THREADS:-1}")
@@ -46,7 +45,7 @@ own_lr() {  # the lr the cifar_lr search chose for $1 (docs/reproduction.md, "Le
   # read from the runs kept in docs/runs/cifar_lr; refused while that algorithm's search is unfinished
   local searched=$1
   [ "$searched" = fedbcgd_freezing ] && searched=fedbcgd  # the ablation keeps FedBCGD's lr
-  "${PYTHON:-.venv/bin/python}" benchmarks/lr_choice.py docs/runs/cifar_lr --grid "$LRS" --chosen "$searched"
+  "$PYTHON" benchmarks/lr_choice.py docs/runs/cifar_lr --chosen "$searched"  # among lr_choice.SEARCHED
 }
 algorithms() {  # algorithms <default list>: $ALGORITHMS (commas or spaces) or the default; each one's lr looked up
   # before the first sweep, so a typo or an unfinished search stops the target before it trains anything
@@ -78,14 +77,11 @@ case "$target" in
   beyond)  # docs/reproduction.md "Beyond the paper": 1-bit and low-rank uploads, alone and on FedBCGD's blocks
     sweep beyond --model.max_upload_d 10 --model.eval_every_d 0.5 --trainer.max_epochs 10000 \
       --grid model.algorithm=fedavg,topk,fedpaq,signsgd,powersgd,eden,fedbcgd,fedbcgd_qsgd,fedbcgd_sign,fedbcgd_powersgd,fedbcgd_eden ;;
-  cifar) $FL sweep --config configs/experiments/cifar10_lenet5.yaml --trainer.logger.init_args.name reproduction/cifar \
-           --model.max_upload_d "${BUDGET:-10}" --model.eval_every_d 0.5 --trainer.check_val_every_n_epoch 1 \
-           --trainer.max_epochs 1000 --trainer.enable_progress_bar false --grid "seed_everything=$SEEDS" \
-           --grid model.algorithm=fedavg,fedavgm,scaffold,fedbcgd,fedbcgd_plus --jobs "${JOBS:-1}" --threads "${THREADS:-1}" ;;
   cifar_beyond) cifar_sweep cifar_beyond --model.max_upload_d 10 --trainer.max_epochs 40 --grid "seed_everything=$SEEDS" \
       --grid model.algorithm=fedavg,fedbcgd,signsgd,eden,powersgd,topk,fedpaq,fedbcgd_qsgd,fedbcgd_eden,fedbcgd_sign,fedbcgd_powersgd ;;
-  cifar_lr) cifar_sweep cifar_lr --model.max_upload_d 5 --seed_everything 0 \
-      --grid model.algorithm=fedavg,fedavgm,scaffold,fedbcgd,fedbcgd_plus --grid "model.lr=$LRS" ;;
+  cifar_lr) lrs=$("$PYTHON" -c 'import runpy; print(runpy.run_path("benchmarks/lr_choice.py")["SEARCHED"])')
+    cifar_sweep cifar_lr --model.max_upload_d 5 --seed_everything 0 \
+      --grid model.algorithm=fedavg,fedavgm,scaffold,fedbcgd,fedbcgd_plus --grid "model.lr=$lrs" ;;
   cifar_claims) list=$(algorithms "fedavg fedavgm scaffold fedbcgd fedbcgd_plus")
     for a in $list; do cifar_own cifar_claims "$a"; done ;;
   cifar_blocks) cifar_own cifar_blocks fedbcgd --model.algorithm.block_division balanced --grid model.algorithm.num_blocks=1,2,5,10 ;;
@@ -96,6 +92,6 @@ case "$target" in
     cifar_own cifar_ablations/no_momentum fedbcgd --model.algorithm.server_momentum 0 ;;
   cifar_rho01) list=$(algorithms "fedavg fedavgm fedbcgd fedbcgd_plus")
     for a in $list; do cifar_own cifar_rho01 "$a" --data.dirichlet_rho 0.1; done ;;
-  *) echo "usage: $0 convex|blocks|momentum|ablations|beyond|cifar|cifar_beyond|cifar_lr|cifar_claims|cifar_blocks|cifar_momentum|cifar_ablations|cifar_rho01" >&2
+  *) echo "usage: $0 convex|blocks|momentum|ablations|beyond|cifar_beyond|cifar_lr|cifar_claims|cifar_blocks|cifar_momentum|cifar_ablations|cifar_rho01" >&2
      exit 2 ;;
 esac
