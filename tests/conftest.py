@@ -2,9 +2,15 @@ import os
 import sys
 from pathlib import Path
 
-import pytest
-import pytorch_lightning as pl
-import torch
+# Bit-for-bit comparisons with numbers recorded on another machine (tests/data/preset_golden.json)
+# need the same CPU kernels: ATen's AVX-512 kernels sum in another order than its AVX2 ones, the ISA
+# the records were made with. Set before torch is imported; subprocesses inherit it. Run-to-run
+# equality holds with either.
+os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")
+
+import pytest  # noqa: E402
+import pytorch_lightning as pl  # noqa: E402
+import torch  # noqa: E402
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 requires_shared_data = pytest.mark.skipif(

@@ -96,8 +96,8 @@ def test_channels_last_gives_the_same_numbers_run_to_run_and_the_vector_stays_th
     for p in first.net.parameters():  # still views of the flat vector
         assert vector.data_ptr() <= p.data_ptr() < vector.data_ptr() + vector.numel() * vector.element_size()
     plain = fit(SmallCNN(), rounds=3, channels_last=False)
-    assert not torch.equal(plain.flat.vector, vector)  # another summation order ...
-    assert torch.allclose(plain.flat.vector, vector, atol=1e-4)  # ... the same model
+    # the same model; bit-equal or not depends on the CPU's oneDNN kernels (AVX2: another summation order)
+    assert torch.allclose(plain.flat.vector, vector, atol=1e-4)
 
 
 def test_bf16_autocast_on_the_cpu_keeps_updates_and_server_state_in_fp32():
