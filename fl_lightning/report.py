@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import re
 import statistics
 from pathlib import Path
 from typing import Optional
@@ -45,6 +46,11 @@ def is_fit(version: Path) -> bool:
         return "round" in f.readline().split(",")
 
 
+def numeric_order(path: Path) -> list:
+    """Sort key that reads the numbers in a run's path as numbers: num_blocks=2 before num_blocks=10."""
+    return [float(part) if i % 2 else part for i, part in enumerate(re.split(r"(\d+(?:\.\d+)?)", str(path)))]
+
+
 def find_runs(paths: list[Path]) -> tuple[dict[Path, list[Path]], list[str]]:
     """Every run under ``paths`` (a folder of version_N/ pieces, or one version_N/ given itself) → its fit
     pieces, oldest first; and the validate/test outputs it ignored."""
@@ -56,7 +62,8 @@ def find_runs(paths: list[Path]) -> tuple[dict[Path, list[Path]], list[str]]:
             runs.setdefault(run, []).append(metrics.parent)
     ignored = [str(v) for versions in runs.values() for v in versions if not is_fit(v)]
     runs = {run: sorted({v for v in versions if is_fit(v)}, key=version_number) for run, versions in runs.items()}
-    return {run: versions for run, versions in sorted(runs.items()) if versions}, ignored
+    return {run: versions for run, versions in sorted(runs.items(), key=lambda item: numeric_order(item[0]))
+            if versions}, ignored
 
 
 def check_one_run(run: Path, versions: list[Path]) -> None:

@@ -85,6 +85,18 @@ def test_report_names_what_it_skipped(capsys):
     assert code == 2 and "report: no run with metrics under runs" in err.err
 
 
+def test_runs_are_ordered_by_the_numbers_in_their_names():
+    names = ["num_blocks=10", "num_blocks=2", "num_blocks=1,lr=0.2", "num_blocks=1,lr=0.01", "num_blocks=1,lr=0.1",
+             "num_blocks=5"]
+    for name in names:
+        version = Path("runs", name, "version_0")
+        version.mkdir(parents=True)
+        (version / "metrics.csv").write_text("round,val/acc\n1.0,0.5\n")
+    runs, _ = find_runs([Path("runs")])
+    assert [run.name for run in runs] == ["num_blocks=1,lr=0.01", "num_blocks=1,lr=0.1", "num_blocks=1,lr=0.2",
+                                          "num_blocks=2", "num_blocks=5", "num_blocks=10"]
+
+
 def test_floats_to_target_first_touch_and_sustained():
     accuracy = [0.5, 0.9, 0.6, 0.8, 0.85, 0.9]
     evaluated = [{"val/acc": a, "comm/upload_d": float(d + 1)} for d, a in enumerate(accuracy)]
