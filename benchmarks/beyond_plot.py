@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import statistics
 from pathlib import Path
 
@@ -56,6 +57,7 @@ def main() -> None:
         rows = list(csv.DictReader(f))
     runs = find_runs([Path(args.runs)])[0]
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    placed: list[tuple[float, float]] = []  # marks labelled so far: a label near one moves down a line
     for row in rows:
         algorithm = row["group"].split("algorithm=")[-1].split(",")[0]
         marker = "s" if algorithm.startswith("fedbcgd") else "o"
@@ -67,7 +69,9 @@ def main() -> None:
         y, err = 100 * float(row[column]), 100 * number(row[f"{column}_std"])
         ax.errorbar(x, y, xerr=x_err or None, yerr=err, fmt=marker, color=colour_of(algorithm), capsize=3,
                     markersize=7, label=algorithm)
-        ax.annotate(algorithm, (x, y), textcoords="offset points", xytext=(6, 4), fontsize=8)
+        crowded = sum(abs(math.log10(x / px)) < 0.12 and abs(y - py) < 3 for px, py in placed)
+        ax.annotate(algorithm, (x, y), textcoords="offset points", xytext=(6, 4 - 11 * crowded), fontsize=8)
+        placed.append((x, y))
     ax.set_xscale("log")
     ax.set_xlabel("floats uploaded per client by the end (× d, log scale)" if args.final
                   else "floats uploaded per client per round (× d, log scale)")
