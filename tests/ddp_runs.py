@@ -31,6 +31,8 @@ CASES = {  # S = 5 clients per round: not divisible by the 2 ranks
     "topk": dict(algorithm="topk"),  # error-feedback residuals in the client-state store
     "feddc": dict(algorithm="feddc"),  # drifts in the store, their sums through loop.received
     "scaffold_k2": dict(algorithm="scaffold", parallel_clients=2),  # each rank trains 2 clients at a time
+    "powersgd": dict(algorithm="powersgd"),  # each client's warm-started Q and residual in the store
+    "fedbcgd_eden": dict(algorithm="fedbcgd_eden", num_blocks=2, block_division="balanced"),  # seeded rotations
 }
 
 

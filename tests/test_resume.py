@@ -47,6 +47,9 @@ CONFIGS = {
     "topk-error-feedback": dict(algorithm="topk", compression_k=0.2),
     "fedbcgd_plus_qsgd": dict(algorithm="fedbcgd_plus_qsgd", num_blocks=2, qsgd_levels=3, qsgd_bucket_size=16),
     "scaffold-randk": dict(algorithm="scaffold", compression="randk", compression_k=0.3),
+    "signsgd-error-feedback": dict(algorithm="signsgd"),  # residuals e_i in the client-state store
+    "powersgd-warm-start": dict(algorithm="powersgd"),  # each client's Q and e_i kept across rounds
+    "fedbcgd_eden": dict(algorithm="fedbcgd_eden", num_blocks=2),  # rotations drawn from the client's stream
 }
 
 
