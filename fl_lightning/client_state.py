@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from fl_lightning.errors import FLUserError
+from fl_lightning.run_files import run_folder
 
 KEPT_CHECKPOINTS = 2  # slots referenced by this many most recent checkpoints are not reused
 
@@ -224,14 +225,10 @@ class ClientStateStore:
 
 
 def state_dir(trainer) -> str:
-    """``<run dir>/client_state``: beside the CSV/TensorBoard version's checkpoints, or per run id
-    under another logger's save_dir (W&B's own files dir would upload it); the same on every rank."""
-    from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
-
-    if not trainer.loggers or isinstance(trainer.loggers[0], (CSVLogger, TensorBoardLogger)):
-        return os.path.join(trainer.log_dir, "client_state")
-    run_id = trainer.strategy.broadcast(str(trainer.loggers[0].version))
-    return os.path.join(trainer.log_dir, "client_state", run_id)
+    """``<run folder>/client_state`` (fl_lightning.run_files): beside the run's checkpoints, for every
+    logger; the same on every rank."""
+    folder = run_folder(trainer.loggers[0]) if trainer.loggers else trainer.default_root_dir
+    return os.path.join(trainer.strategy.broadcast(folder), "client_state")
 
 
 def open_store(trainer, num_clients: int, saved: Optional[dict]) -> ClientStateStore:

@@ -216,8 +216,9 @@ class FederatedCLI(LightningCLI):
                                         "fit": {"description": fit_description()}}, args=args, run=run)
 
     def before_instantiate_classes(self) -> None:
-        """W&B runs are named <logger name or config file>-<algorithm>-seed<seed> and grouped by every
-        setting but the seed (unless the config sets a group)."""
+        """W&B runs are named <logger name or config file>-<algorithm>-seed<seed>, grouped by every
+        setting but the seed (unless the config sets a group) and tagged ``run-id:<run id>``; a resumed
+        fit continues the W&B run its checkpoint logged to."""
         config = self.config[self.subcommand] if self.subcommand else self.config
         self.sized_by = size_network_by_data(config, FederatedDataModule)  # its data read once, and used
         loggers = config.get("trainer", {}).get("logger")
@@ -230,6 +231,10 @@ class FederatedCLI(LightningCLI):
                     logger.init_args["save_dir"] = os.path.abspath(logger.init_args["save_dir"])
                 if logger.init_args.get("group") is None:
                     logger.init_args["group"] = group
+                logger.init_args["tags"] = [*(logger.init_args.get("tags") or []), f"run-id:{self.run_id}"]
+                resumed = (getattr(self, "checkpoint", None) or {}).get("federated", {}).get("wandb_id")
+                if resumed and not logger.init_args.get("id"):  # the same W&B run goes on (resume="allow")
+                    logger.init_args["id"] = resumed
 
     def instantiate_classes(self) -> None:
         """An algorithm's or codec's own check (e.g. ``FedProx(mu=...): must be ≥ 0``) reaches the user as
@@ -323,6 +328,8 @@ class FederatedCLI(LightningCLI):
         check_trainer(self.model.hparams, self.trainer)
         if getattr(self, "checkpoint", None) is not None:
             check_same_network(self.checkpoint, self.model)
+            if self.subcommand == "fit" and "FederatedDataModule" in self.checkpoint:  # its fingerprint, before
+                self.datamodule.load_state_dict(self.checkpoint["FederatedDataModule"])  # any run folder exists
 
     def before_fit(self) -> None:
         self._check()
@@ -336,7 +343,7 @@ class FederatedCLI(LightningCLI):
         self._check()
 
     def after_fit(self) -> None:
-        line = summary(self.trainer, self.model)  # (trainer.log_dir is a collective under DDP: every rank asks)
+        line = summary(self.trainer, self.model)  # (its run folder is a broadcast under DDP: every rank asks)
         if not self.trainer.is_global_zero:
             return
         print(line)

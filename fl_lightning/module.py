@@ -45,7 +45,7 @@ from fl_lightning.parallel import check_parallel_clients
 from fl_lightning.plot import save_curve
 from fl_lightning.python_api import as_the_cli_does, summary
 from fl_lightning.round_log import RoundLog
-from fl_lightning.run_files import run_dirs
+from fl_lightning.run_files import run_dirs, wandb_id
 from fl_lightning.seeding import run_seed
 
 
@@ -233,7 +233,7 @@ class FederatedModule(pl.LightningModule):
 
     def on_train_end(self):
         """Every fit leaves accuracy_vs_upload_d.png in its run directory (and, from Python, its summary line)."""
-        line = summary(self.trainer, self) if self.prints_summary else None  # log_dir: a collective, every rank
+        line = summary(self.trainer, self) if self.prints_summary else None  # its run folder: a collective, every rank
         if not self.trainer.is_global_zero:
             return
         if line is not None:
@@ -381,7 +381,7 @@ class FederatedModule(pl.LightningModule):
             self._write_round_row()  # its row reaches the loggers first, its curve point this checkpoint
         checkpoint["federated"] = {"comm": self.loop.comm.state_dict() if self.loop else None, **self.rounds.state_dict(),
                                    "seed": run_seed(), "eval_mark": self._eval_mark, "run_id": self.run_id,
-                                   "wall_s": self._wall_seconds,
+                                   "wall_s": self._wall_seconds, "wandb_id": wandb_id(self.trainer),
                                    "client_state": self.client_state.state_dict() if self.client_state else None}
 
     def on_load_checkpoint(self, checkpoint):

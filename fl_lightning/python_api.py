@@ -10,6 +10,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.callbacks import TQDMProgressBar
 
 from fl_lightning.progress import RoundProgressBar
+from fl_lightning.run_files import run_folder
 
 IRRELEVANT = (r".*smaller than the logging interval.*",  # one training "batch" per round, by design
               r".*does not have many workers.*")  # the loaders hold one item or in-memory tensors
@@ -28,9 +29,10 @@ def as_the_cli_does(trainer: pl.Trainer) -> None:
 def summary(trainer: pl.Trainer, module) -> str:
     """``fl-lightning: N rounds, final val/acc …, test/acc …, comm/upload_d …, run dir …``."""
     metrics = trainer.callback_metrics
+    folder = trainer.strategy.broadcast(run_folder(trainer.loggers[0]) if trainer.loggers else trainer.default_root_dir)
     accuracy = {key: f"{float(metrics[key]):.4f}" if key in metrics else "n/a" for key in ("val/acc", "test/acc")}
     if module.loop is None:  # ddp_spawn: the rounds ran in spawned processes, their logs hold the run
         return f"fl-lightning: done in spawned processes, final val/acc {accuracy['val/acc']}, test/acc {accuracy['test/acc']}"
     return (f"fl-lightning: {trainer.current_epoch} rounds, final val/acc {accuracy['val/acc']}, test/acc "
             f"{accuracy['test/acc']}, comm/upload_d {module.loop.comm.upload_d:.2f}, run dir "
-            f"{os.path.abspath(trainer.log_dir or '.')}")
+            f"{os.path.abspath(folder)}")

@@ -31,9 +31,8 @@ import yaml
 
 from fl_lightning.errors import ConfigError, check_accuracy
 from fl_lightning.figures import AXES, X_AXES, colour_of, finish
-from fl_lightning.run_identity import TAKES_EFFECT_AT_RESUME, read_run_id, run_id
+from fl_lightning.run_identity import identity_settings, read_run_id, run_id
 
-IGNORED = tuple(f"model.{key}" for key in sorted(TAKES_EFFECT_AT_RESUME))  # settings that may change at resume
 
 
 def version_number(path: Path) -> int:
@@ -96,7 +95,9 @@ def read_curve(versions: list[Path]) -> list[dict]:
 
 
 def read_settings(versions: list[Path]) -> Optional[dict]:
-    """The run's config.yaml (newest piece) flattened to dotted keys; None when absent."""
+    """The run's identity settings (fl_lightning.run_identity: model, data less paths, the Trainer's
+    arithmetic and numeric callbacks) from its config.yaml (newest piece), flattened to dotted keys;
+    None when absent."""
     configs = [v / "config.yaml" for v in versions if (v / "config.yaml").is_file()]
     if not configs:
         return None
@@ -109,7 +110,7 @@ def read_settings(versions: list[Path]) -> Optional[dict]:
         else:
             flat[prefix] = value
 
-    walk("", yaml.safe_load(configs[-1].read_text()) or {})
+    walk("", identity_settings(yaml.safe_load(configs[-1].read_text()) or {}))
     return flat
 
 
@@ -147,6 +148,10 @@ def summarise(curve: list[dict], target: float, window: int, budgets: list[float
 
 def setting_label(key: str, value) -> str:
     """``server_momentum=0.8``; a class path as its owner and class name: ``algorithm=FedBCGD``."""
+    if key == "trainer.callbacks" and isinstance(value, list):  # callbacks=Proximal(mu=0.1)
+        return "callbacks=" + "+".join(
+            f"{str(c.get('class_path')).rsplit('.', 1)[-1]}({','.join(f'{k}={v}' for k, v in (c.get('init_args') or {}).items())})"
+            for c in value)
     if key.endswith(".class_path"):
         return f"{key.split('.')[-2]}={str(value).rsplit('.', 1)[-1]}"
     return f"{key.split('.')[-1]}={value}"
@@ -164,8 +169,7 @@ def group_runs(runs: dict[Path, Optional[dict]], by_dir: bool = False) -> dict[s
     keys = set()
     for settings in runs.values():
         keys |= set(settings or {})
-    keys = {k for k in keys if k.startswith(("model.", "data.")) and not any(k == i or k.startswith(i + ".")
-                                                                          for i in IGNORED)}
+    keys = {k for k in keys if k.startswith(("model.", "data.", "trainer."))}
     differing = sorted(k for k in keys if len({repr((s or {}).get(k)) for s in runs.values()}) > 1)
     if "model.algorithm.class_path" in differing:  # options only some algorithms have say nothing more
         differing = [k for k in differing if not k.startswith("model.algorithm.init_args.")

@@ -1,17 +1,35 @@
-"""Where a run's files go: one directory per logger (fl_lightning.run_identity names it)."""
+"""Where a run's files go (fl_lightning.run_identity names the run).
+
+A logger's run folder is where Lightning puts its checkpoints: ``<save_dir>/<name>/<version>`` —
+``version_N`` for the CSV/TensorBoard loggers, the W&B run id (``<save_dir>/<project>/<id>``) for
+W&B. config.yaml, partition.csv, the curve and checkpoints/ lie there for every logger; W&B's own
+files directory gets copies of the small files too, so that ``wandb sync`` uploads them.
+"""
 from __future__ import annotations
 
 import os
+from typing import Optional
 
 import pytorch_lightning as pl
 
 
+def run_folder(logger) -> str:
+    """``<save_dir>/<name>/<version>``, as Lightning's ModelCheckpoint names a checkpoint's folder."""
+    version = logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
+    return os.path.join(logger.save_dir or ".", str(logger.name), version)
+
+
 def run_dirs(trainer: pl.Trainer) -> list[str]:
-    """Where each logger keeps this run's files (CSV: version_N/, W&B: the run's files/, synced with it)."""
+    """Where this run's small files go: each logger's run folder, and W&B's files directory."""
     dirs = []
     for logger in trainer.loggers:
-        run_dir = logger.experiment.dir if isinstance(logger, pl.loggers.WandbLogger) else logger.log_dir
-        if run_dir:
-            os.makedirs(run_dir, exist_ok=True)
-            dirs.append(run_dir)
+        for run_dir in (run_folder(logger), logger.experiment.dir if isinstance(logger, pl.loggers.WandbLogger) else None):
+            if run_dir and run_dir not in dirs:
+                os.makedirs(run_dir, exist_ok=True)
+                dirs.append(run_dir)
     return dirs
+
+
+def wandb_id(trainer: pl.Trainer) -> Optional[str]:
+    """The W&B run this fit logs to (kept in checkpoints: a resumed fit continues that run)."""
+    return next((logger.version for logger in trainer.loggers if isinstance(logger, pl.loggers.WandbLogger)), None)

@@ -1,34 +1,101 @@
 """What a run is: its identity settings, its id, and the name of its directory (README, "Run identity").
 
-A run is identified by every model and data setting and the seed — not by the options that may
-change when it resumes (the budget, evaluation schedule, trainer and logging options). Its id is a
-digest of those settings; it is written at the top of the run's config.yaml and into every
-checkpoint, so that ``--ckpt_path last`` resumes only the same run and ``report`` joins the
-version_N pieces of one run and nothing else. The directory a run logs to is
-``<save_dir>/<name>/<label>/version_N``: the label names the algorithm, every model/data option the
-command line set, and the seed (``fedprox,mu=0.5,seed=0``), unless the command gives the logger
-its name itself (``--trainer.logger.init_args.name``, as ``sweep`` does).
+A run is identified by everything that changes its numbers: every model setting and every data
+setting except where files lie, the seed, the Trainer's arithmetic (precision, gradient
+accumulation and clipping, where set) and every callback in ``trainer.callbacks`` that acts on
+training or aggregation (an ``FLCallback``, or any callback with ``changes_numbers = True``) with
+its init args. Not by the options that may change when it resumes (the budget, evaluation
+schedule, logging, parallel clients, threads) nor by paths: the data's identity is its content,
+checked at resume by the datamodule's fingerprint. Classes of fl-lightning enter by their class
+name, not their module path, so code can move without changing any id. The id is a digest of
+those settings; it is written at the top of the run's config.yaml and into every checkpoint, so
+that ``--ckpt_path last`` resumes only the same run and ``report`` joins the version_N pieces of
+one run and nothing else. The directory a run logs to is ``<save_dir>/<name>/<label>/version_N``:
+the label names the algorithm, the callbacks that change numbers, every model/data option the
+command line set, and the seed (``fedavg+proximal,mu=0.1,seed=0``), unless the command gives the
+logger its name itself (``--trainer.logger.init_args.name``, as ``sweep`` does).
 """
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 from pathlib import Path
 from typing import Optional
+
+from fl_lightning.algorithms.names import import_class
+from fl_lightning.callbacks import FLCallback
 
 # Model options a resumed run may change: they steer when to stop, evaluate or test, not the algorithm.
 # parallel_clients: the same numbers, faster; channels_last: how the CPU computes (like the thread count), not what.
 TAKES_EFFECT_AT_RESUME = {"max_upload_d", "target_accuracy", "test_every_n_rounds", "eval_train_objective",
                           "eval_every_d", "parallel_clients", "channels_last"}
+# Data options that say where files lie, not what they hold (the fingerprint checks the content).
+DATA_LOCATION = {"root", "cache_dir", "download"}
+# Trainer options that change the arithmetic, with the value that changes nothing.
+TRAINER_ARITHMETIC = {"precision": ("32-true", "32", 32, None), "accumulate_grad_batches": (1, None),
+                      "gradient_clip_val": (0, 0.0, None), "gradient_clip_algorithm": (None, "norm")}
 ID_LINE = "# fl-lightning run id: "
 NAME_OPTIONS = ("--trainer.logger.init_args.name", "--trainer.logger.name")
 
 
+def _class_name(path: str) -> str:
+    """fl-lightning's own classes by their class name (stable when modules move); others by path."""
+    cls = import_class(path)
+    own = cls is not None and cls.__module__.split(".")[0] == "fl_lightning"
+    return cls.__qualname__ if own else path
+
+
+def _canonical(value):
+    """``{class_path: fl_lightning.algorithms.fedbcgd.FedBCGD, ...}`` → ``{class_path: FedBCGD, ...}``, recursively."""
+    if isinstance(value, dict):
+        out = {key: _canonical(item) for key, item in value.items()}
+        if isinstance(out.get("class_path"), str):
+            out["class_path"] = _class_name(out["class_path"])
+        return out
+    if isinstance(value, list):
+        return [_canonical(item) for item in value]
+    return value
+
+
+def _spec(callback) -> tuple[Optional[str], dict]:
+    if isinstance(callback, str):
+        return callback, {}
+    if isinstance(callback, dict):
+        return callback.get("class_path"), dict(callback.get("init_args") or {})
+    return None, {}
+
+
+def changes_numbers(class_path: Optional[str]) -> bool:
+    """A callback acts on training or aggregation: an FLCallback, or it says so (``changes_numbers = True``).
+    One whose class does not import is counted (it cannot be told apart)."""
+    cls = import_class(class_path) if class_path else None
+    if cls is None:
+        return class_path is not None
+    return issubclass(cls, FLCallback) or bool(getattr(cls, "changes_numbers", False))
+
+
+def numeric_callbacks(config: dict) -> list[tuple[str, dict]]:
+    """(class path, init args) of each callback in ``trainer.callbacks`` that changes numbers, in order."""
+    callbacks = (config.get("trainer") or {}).get("callbacks") or []
+    specs = [_spec(cb) for cb in (callbacks if isinstance(callbacks, list) else [callbacks])]
+    return [(path, args) for path, args in specs if changes_numbers(path)]
+
+
 def identity_settings(config: dict) -> dict:
-    """The settings that make a run what it is: model and data (less TAKES_EFFECT_AT_RESUME) and the seed."""
+    """The settings that make a run what it is (module docstring)."""
     model = {k: v for k, v in (config.get("model") or {}).items() if k not in TAKES_EFFECT_AT_RESUME}
-    return json.loads(json.dumps({"model": model, "data": config.get("data") or {},
-                                  "seed_everything": config.get("seed_everything")}, sort_keys=True, default=str))
+    data = {k: v for k, v in (config.get("data") or {}).items() if k not in DATA_LOCATION}
+    trainer_config = config.get("trainer") or {}
+    trainer = {k: trainer_config[k] for k, neutral in TRAINER_ARITHMETIC.items()
+               if trainer_config.get(k) not in neutral}
+    callbacks = [{"class_path": path, "init_args": args} for path, args in numeric_callbacks(config)]
+    if callbacks:
+        trainer["callbacks"] = callbacks
+    settings = {"model": model, "data": data, "seed_everything": config.get("seed_everything")}
+    if trainer:
+        settings["trainer"] = trainer
+    return _canonical(json.loads(json.dumps(settings, sort_keys=True, default=str)))
 
 
 def run_id(config: dict) -> str:
@@ -56,10 +123,27 @@ def _short(value) -> str:
     return text.replace("/", "_").replace(" ", "")
 
 
+def _callback_label(path: str, init_args: dict) -> tuple[str, list[str]]:
+    """``proximal`` and ``['mu=0.1']``: the class name and the init args that differ from their defaults."""
+    cls = import_class(path)
+    name = (cls.__name__ if cls is not None else path.rsplit(".", 1)[-1]).lower()
+    defaults = {}
+    if cls is not None:
+        defaults = {key: p.default for key, p in inspect.signature(cls.__init__).parameters.items()
+                    if p.default is not inspect.Parameter.empty}
+    return name, [f"{key}={_short(value)}" for key, value in sorted(init_args.items())
+                  if key not in defaults or defaults[key] != value]
+
+
 def run_label(config: dict, algorithm: str, args: list[str]) -> str:
-    """``<algorithm>[,option=value ...],seed=<seed>`` for the model/data options given in ``args``;
-    ``algorithm`` names the codec too (``algorithm_name``: topk, fedprox+topk)."""
-    parts, seen = [algorithm], set()
+    """``<algorithm>[+callback ...][,option=value ...],seed=<seed>`` for the numeric callbacks and the model/data
+    options given in ``args``; ``algorithm`` names the codec too (``algorithm_name``: topk, fedprox+topk).
+    Data locations (root, cache_dir) never name a run."""
+    parts, seen, options = [algorithm], set(), []
+    for path, init_args in numeric_callbacks(config):
+        name, given = _callback_label(path, init_args)
+        parts[0] += f"+{name}"
+        options += given
     for arg in args:
         key = arg[2:].split("=", 1)[0] if arg.startswith("--") else ""
         group, _, rest = key.partition(".")
@@ -67,7 +151,7 @@ def run_label(config: dict, algorithm: str, args: list[str]) -> str:
             continue
         seen.add(key)
         top = rest.split(".")[0]
-        if top in TAKES_EFFECT_AT_RESUME:
+        if top in TAKES_EFFECT_AT_RESUME or (group == "data" and top in DATA_LOCATION):
             continue
         path = key
         for nested in ("model.algorithm.", "model.compression.", "model.network."):
@@ -75,9 +159,8 @@ def run_label(config: dict, algorithm: str, args: list[str]) -> str:
                 path = nested + "init_args." + key[len(nested):]
         if key == "model.network":
             path = "model.network.class_path"
-        parts.append(f"{rest.split('.')[-1]}={_short(value_at(config, path))}")
-    parts.append(f"seed={config.get('seed_everything')}")
-    label = ",".join(parts)
+        options.append(f"{rest.split('.')[-1]}={_short(value_at(config, path))}")
+    label = ",".join(parts + options + [f"seed={config.get('seed_everything')}"])
     return label if len(label) <= 120 else f"{label[:100]}-{run_id(config)}"
 
 

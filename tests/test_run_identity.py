@@ -1,0 +1,134 @@
+"""A run's identity (issue 35): callbacks that change numbers are part of it, paths are not, W&B resumes
+the same run, and the kept runs under docs/runs/ carry the ids their configs give."""
+import glob
+import os
+import shutil
+from pathlib import Path
+
+import yaml
+
+from fl_lightning.cli import main
+from fl_lightning.run_identity import ID_LINE, read_run_id, run_id, run_label
+from tests.test_images import make_folder
+from tests.wandb_records import history_rows, read_records
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = str(ROOT / "configs" / "quickstart.yaml")
+QUIET = ["--trainer.enable_progress_bar", "false"]
+PROXIMAL = ["--trainer.callbacks+=fl_lightning.callbacks.Proximal", "--trainer.callbacks.mu", "0.1"]
+
+
+def fit(*args) -> int:
+    return main(["fit", "--config", QUICKSTART, "--model.algorithm", "fedavg", *QUIET, *args])
+
+
+def test_a_numeric_callback_makes_another_run_resumed_and_reported_apart(capsys):
+    assert fit("--trainer.max_epochs", "2") == 0
+    assert fit("--trainer.max_epochs", "2", *PROXIMAL) == 0
+    plain, proximal = Path("runs/quickstart/fedavg,seed=0"), Path("runs/quickstart/fedavg+proximal,mu=0.1,seed=0")
+    ids = [read_run_id(run / "version_0" / "config.yaml") for run in (plain, proximal)]
+    assert None not in ids and ids[0] != ids[1]
+    capsys.readouterr()
+    assert fit("--trainer.max_epochs", "3", "--ckpt_path", "last") == 0
+    assert f"resuming from {plain}/version_0/checkpoints/" in capsys.readouterr().out
+    assert fit("--trainer.max_epochs", "3", "--ckpt_path", "last", *PROXIMAL) == 0
+    assert f"resuming from {proximal}/version_0/checkpoints/" in capsys.readouterr().out
+    assert read_run_id(proximal / "version_1" / "config.yaml") == ids[1]
+    assert not (plain / "version_2").exists() and not (proximal / "version_2").exists()
+    assert main(["report", "runs/quickstart", "--target", "0.2", "--out", "table"]) == 0
+    assert "2 runs in 2 groups" in capsys.readouterr().out
+    rows = Path("table.csv").read_text().splitlines()
+    assert any("callbacks=Proximal(mu=0.1)" in row for row in rows)
+
+
+def identity_config(**data) -> dict:
+    return {"seed_everything": 0, "model": {"algorithm": {"class_path": "fl_lightning.algorithms.FedBCGD",
+                                                          "init_args": {"num_blocks": 2}}, "lr": 0.1},
+            "data": {"dataset": "mnist", "root": "/a/data", "cache_dir": "~/.cache", **data},
+            "trainer": {"max_epochs": 5, "precision": None, "callbacks": None}}
+
+
+def test_paths_and_module_paths_are_not_identity_but_arithmetic_is():
+    base = identity_config()
+    moved = identity_config(root="/elsewhere", cache_dir=None, download=True)
+    assert run_id(base) == run_id(moved)
+    full_path = identity_config()
+    full_path["model"]["algorithm"]["class_path"] = "fl_lightning.algorithms.fedbcgd.FedBCGD"
+    assert run_id(full_path) == run_id(base)
+    checkpointing = identity_config()
+    checkpointing["trainer"]["callbacks"] = [{"class_path": "pytorch_lightning.callbacks.ModelCheckpoint",
+                                              "init_args": {"every_n_epochs": 5}}]
+    checkpointing["trainer"]["max_epochs"] = 50
+    assert run_id(checkpointing) == run_id(base)  # when and how often: not identity
+    for trainer in ({"precision": "bf16-mixed"}, {"gradient_clip_val": 1.0}, {"accumulate_grad_batches": 2},
+                    {"callbacks": [{"class_path": "fl_lightning.callbacks.Proximal", "init_args": {"mu": 0.1}}]},
+                    {"callbacks": [{"class_path": "my_project.callbacks.Unknown", "init_args": {}}]}):
+        changed = identity_config()
+        changed["trainer"].update(trainer)
+        assert run_id(changed) != run_id(base), trainer
+    labelled = run_label(moved, "fedbcgd", ["--data.root", "/elsewhere", "--model.lr", "0.1"])
+    assert labelled == "fedbcgd,lr=0.1,seed=0"
+
+
+def test_a_moved_data_folder_resumes_and_other_data_under_its_name_is_refused(tmp_path, capsys):
+    make_folder(tmp_path / "pets")
+    data = ["--data.dataset", "imagefolder", "--data.num_clients", "3", "--data.partition", "iid",
+            "--data.cache_dir", "null", "--model.network", "fl_lightning.models.MLP", "--model.clients_per_round", "3"]
+    assert fit(*data, "--data.root", str(tmp_path / "pets"), "--trainer.max_epochs", "1") == 0
+    (run,) = glob.glob("runs/quickstart/*")
+    assert "root" not in os.path.basename(run) and "cache_dir" not in os.path.basename(run)
+    shutil.move(tmp_path / "pets", tmp_path / "moved")
+    capsys.readouterr()
+    assert fit(*data, "--data.root", str(tmp_path / "moved"), "--trainer.max_epochs", "2", "--ckpt_path", "last") == 0
+    assert "resuming from" in capsys.readouterr().out and os.path.isdir(os.path.join(run, "version_1"))
+    shutil.copyfile(tmp_path / "moved" / "train" / "dog" / "0000.png", tmp_path / "moved" / "train" / "cat" / "0000.png")
+    capsys.readouterr()
+    code = fit(*data, "--data.root", str(tmp_path / "moved"), "--trainer.max_epochs", "3", "--ckpt_path", "last")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "the clients' data differ from the checkpoint's" in err[0]
+    assert not os.path.isdir(os.path.join(run, "version_2"))
+
+
+def test_wandb_resume_continues_the_same_run_in_the_run_folder(capsys):
+    wandb = ["--trainer.logger", "pytorch_lightning.loggers.WandbLogger", "--trainer.logger.project", "p",
+             "--trainer.logger.save_dir", "wb"]
+    assert fit(*wandb, "--trainer.max_epochs", "2") == 0
+    first = capsys.readouterr().out
+    (folder,) = glob.glob("wb/p/*")
+    assert first.strip().splitlines()[-1].endswith(f"run dir {os.path.abspath(folder)}")
+    assert fit(*wandb, "--trainer.max_epochs", "3", "--ckpt_path", "last") == 0
+    assert f"resuming from {folder}/checkpoints/" in capsys.readouterr().out
+    assert glob.glob("wb/p/*") == [folder]  # checkpoints, config.yaml and partition.csv in one run folder
+    assert {"config.yaml", "partition.csv", "checkpoints"} <= set(os.listdir(folder))
+    identity = read_run_id(Path(folder) / "config.yaml")
+    pieces = sorted(glob.glob("wb/wandb/offline-run-*"))
+    assert len(pieces) == 2 and {p.rsplit("-", 1)[-1] for p in pieces} == {os.path.basename(folder)}
+    from tests.test_wandb import wait_for_records
+    rounds, tags = [], set()
+    for piece in pieces:
+        records = wait_for_records(piece)
+        run = next(r.run for r in records if r.WhichOneof("record_type") == "run")
+        tags |= set(run.tags)
+        rounds += [int(row["round"]) for row in history_rows(records) if "round" in row]
+    assert rounds == [1, 2, 3] and tags == {f"run-id:{identity}"}
+
+
+def test_keeping_a_checkpoint_every_k_rounds():
+    every = ["--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.every_n_epochs", "2",
+             "--trainer.callbacks.save_top_k", "-1", "--trainer.callbacks.save_last", "true"]
+    assert fit("--trainer.max_epochs", "4", *every) == 0
+    (run,) = glob.glob("runs/quickstart/*")
+    assert os.path.basename(run) == "fedavg,seed=0"  # ModelCheckpoint changes no number: not in the name or id
+    assert sorted(os.listdir(f"{run}/version_0/checkpoints")) == ["epoch=1-step=2.ckpt", "epoch=3-step=4.ckpt",
+                                                                 "last.ckpt"]
+
+
+def test_every_kept_run_carries_the_id_of_its_settings():
+    """docs/runs/ configs were migrated once to today's identity (issue 35): report and sweep --keep
+    recognise each by the id at its top, which must equal the id of the settings below it."""
+    configs = sorted((ROOT / "docs").rglob("config.yaml"))
+    assert len(configs) >= 200
+    for path in configs:
+        text = path.read_text()
+        assert text.startswith(ID_LINE), path
+        assert read_run_id(path) == run_id(yaml.safe_load(text) or {}), path
