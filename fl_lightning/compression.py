@@ -224,7 +224,10 @@ class SignMessage:
 
 
 def scaled_sign(x: torch.Tensor, bucket_size: Optional[int]) -> SignMessage:
-    """EF-signSGD's compressor (Karimireddy et al. 2019): ‖v‖₁/n · sign(v) per bucket (sign(0) = +1)."""
+    """EF-signSGD's compressor (Karimireddy et al. 2019): ‖v‖₁/n · sign(v) per bucket. One bit cannot say 0:
+    sign(0) is sent as +1 (a bucket of zeros has scale 0, so it decodes to 0 exactly); a lone zero entry in a
+    bucket with a non-zero scale decodes to +scale, and error feedback sends that error back next round, so
+    an entry whose update stays 0 alternates ±scale and averages to 0 over two rounds."""
     n = x.numel()
     bucket = bucket_size or n
     buckets = -(-n // bucket)

@@ -19,6 +19,7 @@ from typing import Optional
 
 import torch
 
+from fl_lightning.errors import ConfigError
 from fl_lightning.algorithms.base import Algorithm, positive, register
 from fl_lightning.callbacks.base import FLCallback
 
@@ -75,3 +76,9 @@ class FedDyn(Algorithm):
 
     def callbacks(self):
         return [DynamicRegularizer(self.alpha)]
+
+    def check_with(self, weighted_aggregation, compression):
+        super().check_with(weighted_aggregation, compression)
+        if weighted_aggregation:  # Acar et al.'s server step: x = mean_i y_i − h/α over participants, unweighted
+            raise ConfigError("model.weighted_aggregation", "FedDyn's server step is the plain mean over the "
+                              "participants (Acar et al. 2021); leave weighted_aggregation off")
