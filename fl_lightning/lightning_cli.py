@@ -41,6 +41,7 @@ from fl_lightning.models.sizing import size_network_by_data
 from fl_lightning.module import FederatedModule
 from fl_lightning.run_files import run_dirs
 from fl_lightning.progress import RoundProgressBar
+from fl_lightning.threads import Threads
 from fl_lightning.python_api import summary
 
 TRAINER_DEFAULTS = {
@@ -253,6 +254,8 @@ class FederatedCLI(LightningCLI):
         callbacks = callbacks if isinstance(callbacks, list) else [callbacks]
         if trainer.get("enable_progress_bar") is not False and not any(isinstance(cb, ProgressBar) for cb in callbacks):
             kwargs["callbacks"] = [*callbacks, RoundProgressBar()]
+        if not any(isinstance(cb, Threads) for cb in callbacks):  # records the thread layout in checkpoints
+            kwargs["callbacks"] = [*kwargs.get("callbacks", callbacks), Threads()]
         try:
             return super().instantiate_trainer(**kwargs)
         except (ValueError, MisconfigurationException) as err:  # e.g. strategy/devices/accelerator the Trainer refuses
