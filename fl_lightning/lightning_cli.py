@@ -32,6 +32,7 @@ from fl_lightning.algorithms.names import algorithm_name, class_path, expand_arg
 from fl_lightning.blocks import partition_for
 from fl_lightning.checkpoint_io import load_weights_only, refuse_before_algorithm_objects
 from fl_lightning.data.datamodule import FederatedDataModule
+from fl_lightning.distributed import shutdown
 from fl_lightning.errors import ConfigError, FLUserError, check_unchanged
 from fl_lightning.models.timm_models import architecture_only
 from fl_lightning.module_options import check_trainer
@@ -340,6 +341,7 @@ class FederatedCLI(LightningCLI):
 
     def after_fit(self) -> None:
         line = summary(self.trainer, self.model)  # (trainer.log_dir is a collective under DDP: every rank asks)
+        shutdown(self.trainer.strategy)  # DDP: the process group ends here, every rank together
         if not self.trainer.is_global_zero:
             return
         print(line)
