@@ -2,6 +2,7 @@
 ``fl-lightning --help`` and a broken ``--config`` answer at once.
 
     fl-lightning fit|validate|test --config X [--dotted.options ...]   (a LightningCLI: fl_lightning.lightning_cli)
+                                      fit --threads N: every thread pool (fl_lightning.threads)
     fl-lightning blocks --config X                                      (the model's block division)
     fl-lightning sweep --config X --grid key=a,b ... [--jobs J] [--print]  (a grid of fit runs: fl_lightning.sweep)
     fl-lightning report RUNS... --target ACC [--out PREFIX]             (tables and plots: fl_lightning.report)
@@ -28,6 +29,7 @@ Federated learning on PyTorch Lightning (FedAvg ... FedBCGD+); one epoch is one 
 
 subcommands:
   fit         train: fl-lightning fit --config configs/quickstart.yaml [--model.algorithm fedprox --model.algorithm.mu 0.1]
+              [--threads N: intra-op/OpenMP/MKL threads of each process; K parallel clients get N // K each]
   validate    evaluate a checkpoint on the validation set (--ckpt_path FILE)
   test        evaluate a checkpoint on the test set (--ckpt_path FILE)
   algorithms  every algorithm with its summary, upload size and options; algorithms NAME: its options
@@ -58,6 +60,23 @@ def check_config_files(command: list[str]) -> None:
                                   ) from None
 
 
+def thread_option(command: list[str]) -> list[str]:
+    """``fit --threads N`` → the ``fl_lightning.threads.Threads`` trainer callback (recorded in config.yaml)."""
+    out, i = [], 0
+    while i < len(command):
+        word = command[i]
+        if word == "--threads" or word.startswith("--threads="):
+            value = word.split("=", 1)[1] if "=" in word else (command[i + 1] if i + 1 < len(command) else "")
+            i += 1 if "=" in word else 2
+            if not value.isdigit() or int(value) < 1:
+                raise ConfigError("--threads", f"must be an integer ≥ 1, got {value!r}")
+            out += ["--trainer.callbacks+=fl_lightning.threads.Threads", "--trainer.callbacks.threads", value]
+            continue
+        out.append(word)
+        i += 1
+    return out
+
+
 def main(args=None) -> int:
     command = sys.argv[1:] if args is None else list(args)
     if command[:1] in ([], ["-h"], ["--help"]):
@@ -74,8 +93,10 @@ def main(args=None) -> int:
         if command[:1] in (["sweep"], ["report"], ["algorithms"]):  # imported on use: the others stay fast
             module = {"algorithms": "fl_lightning.algorithms.describe"}.get(command[0], f"fl_lightning.{command[0]}")
             return import_module(module).main(command[1:])
+        if command[:1] == ["fit"]:
+            command = thread_option(command)
         if command[:1] in (["fit"], ["validate"], ["test"], ["blocks"]):
-            check_option_names(command[1:])
+            check_option_names([w for w in command[1:] if not w.startswith("--trainer.callbacks")])
         from jsonargparse import ArgumentError
 
         lightning_cli = import_module("fl_lightning.lightning_cli")

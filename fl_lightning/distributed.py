@@ -83,3 +83,25 @@ class Collective:
                 mine.append(position)
         return sorted(mine)
 
+
+
+def shutdown(strategy) -> None:
+    """Ends a finished run's process group cleanly, on every rank: a barrier (no rank tears down the
+    store or its gloo pairs while another still uses them), then ``destroy_process_group`` (its
+    background threads joined now, not by static destructors at exit, where one still joinable
+    aborted the process: ``terminate called without an active exception``, exit 134), then rank 0
+    waits for the ranks Lightning's launcher started (at most 60 s)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    try:
+        dist.barrier()
+    except RuntimeError as err:  # a peer is gone: the run failed after all
+        raise Collective(strategy)._failure(err) from None
+    dist.destroy_process_group()
+    for proc in getattr(getattr(strategy, "launcher", None), "procs", None) or []:
+        try:
+            proc.wait(timeout=60)
+        except Exception:  # noqa: BLE001 - a child that hangs is killed, as on failure
+            proc.kill()

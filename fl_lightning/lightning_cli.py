@@ -32,6 +32,7 @@ from fl_lightning.algorithms.names import algorithm_name, class_path, expand_arg
 from fl_lightning.blocks import partition_for
 from fl_lightning.checkpoint_io import load_weights_only, refuse_before_algorithm_objects
 from fl_lightning.data.datamodule import FederatedDataModule
+from fl_lightning.distributed import shutdown
 from fl_lightning.errors import ConfigError, FLUserError, check_unchanged
 from fl_lightning.models.timm_models import architecture_only
 from fl_lightning.module_options import check_trainer
@@ -41,6 +42,7 @@ from fl_lightning.models.sizing import size_network_by_data
 from fl_lightning.module import FederatedModule
 from fl_lightning.run_files import run_dirs
 from fl_lightning.progress import RoundProgressBar
+from fl_lightning.threads import Threads
 from fl_lightning.python_api import summary
 
 TRAINER_DEFAULTS = {
@@ -258,6 +260,8 @@ class FederatedCLI(LightningCLI):
         callbacks = callbacks if isinstance(callbacks, list) else [callbacks]
         if trainer.get("enable_progress_bar") is not False and not any(isinstance(cb, ProgressBar) for cb in callbacks):
             kwargs["callbacks"] = [*callbacks, RoundProgressBar()]
+        if not any(isinstance(cb, Threads) for cb in callbacks):  # records the thread layout in checkpoints
+            kwargs["callbacks"] = [*kwargs.get("callbacks", callbacks), Threads()]
         try:
             return super().instantiate_trainer(**kwargs)
         except (ValueError, MisconfigurationException) as err:  # e.g. strategy/devices/accelerator the Trainer refuses
@@ -344,6 +348,7 @@ class FederatedCLI(LightningCLI):
 
     def after_fit(self) -> None:
         line = summary(self.trainer, self.model)  # (its run folder is a broadcast under DDP: every rank asks)
+        shutdown(self.trainer.strategy)  # DDP: the process group ends here, every rank together
         if not self.trainer.is_global_zero:
             return
         print(line)

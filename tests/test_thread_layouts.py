@@ -1,0 +1,79 @@
+"""Issue 36: at one thread per client, one process (``--threads 1``) and K = 2 clients at a time
+(``--threads 2``) give every logged value and the final weights bit for bit on the 784-input MLP
+(MNIST); DDP over 2 ranks trains each client with the same arithmetic but sums the round's uploads
+and losses per rank first, then over ranks: equal within 1e-6, not bit for bit (README, "Same numbers in every thread layout").
+A resume in another thread layout says in one line that it cannot be bit-identical."""
+import csv
+import glob
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from fl_lightning.cli import main
+from tests.conftest import SHARED_DATA, requires_shared_data
+
+REPO = Path(__file__).resolve().parents[1]
+MLP784 = ["fit", "--config", str(REPO / "configs" / "quickstart.yaml"), "--trainer.max_epochs", "2",
+          "--trainer.enable_progress_bar", "false", "--data.dataset", "mnist", "--data.root", str(SHARED_DATA),
+          "--data.num_clients", "20", "--data.samples_per_client", "60", "--model.clients_per_round", "4"]
+
+
+@pytest.fixture(autouse=True)
+def _thread_environment(monkeypatch):
+    """--threads sets OMP_NUM_THREADS/MKL_NUM_THREADS in this process; they are restored afterwards."""
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.setenv(name, os.environ.get(name, "2"))
+
+
+def logged(root: str) -> tuple[list[dict], torch.Tensor]:
+    (path,) = glob.glob(os.path.join(root, "**", "metrics.csv"), recursive=True)
+    rows = [{k: v for k, v in row.items() if not k.startswith("time/")} for row in csv.DictReader(open(path))]
+    (ckpt,) = glob.glob(os.path.join(os.path.dirname(path), "checkpoints", "*.ckpt"))
+    weights = torch.load(ckpt, weights_only=True, map_location="cpu")["state_dict"]
+    return rows, torch.cat([v.flatten() for v in weights.values() if v.is_floating_point()])
+
+
+@requires_shared_data
+def test_one_thread_per_client_is_the_same_in_one_process_and_k2(tmp_path, capsys):
+    assert main([*MLP784, "--threads", "1", "--trainer.logger.init_args.save_dir", "one"]) == 0
+    assert main([*MLP784, "--threads", "2", "--model.parallel_clients", "2",
+                 "--trainer.logger.init_args.save_dir", "k2"]) == 0
+    out = capsys.readouterr().out
+    assert "fl-lightning: threads: 1 intra-op" in out and "layout: 1 thread(s) per client, 2 client(s) at a time" in out
+    (one_rows, one_w), (k2_rows, k2_w) = logged("one"), logged("k2")
+    assert len(one_rows) == 2 and one_rows == k2_rows  # every logged value, as written
+    assert torch.equal(one_w, k2_w)
+    saved = open(glob.glob("one/**/config.yaml", recursive=True)[0]).read()
+    assert "fl_lightning.threads.Threads" in saved and "threads: 1" in saved
+    # K = 2 resumes the one-process run silently (same threads per client); 2 threads per client says so
+    assert main([*MLP784, "--threads", "2", "--model.parallel_clients", "2", "--trainer.max_epochs", "3",
+                 "--trainer.logger.init_args.save_dir", "one", "--ckpt_path", "last"]) == 0
+    assert "cannot be bit-identical" not in capsys.readouterr().out
+    assert main([*MLP784, "--threads", "2", "--trainer.max_epochs", "4",
+                 "--trainer.logger.init_args.save_dir", "one", "--ckpt_path", "last"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "cannot be bit-identical" in line]
+    assert lines == ["fl-lightning: the checkpoint was written with 1 thread(s) per client, 2 client(s) at a time, "
+                     "1 rank(s), this run has 2 thread(s) per client, 1 client(s) at a time, 1 rank(s): the resumed "
+                     "run cannot be bit-identical to an uninterrupted one (README, \"Same numbers in every thread "
+                     "layout\")"]
+
+
+@requires_shared_data
+def test_ddp_at_one_thread_per_rank_trains_each_client_the_same_and_exits_0(tmp_path):
+    assert main([*MLP784, "--threads", "1", "--trainer.logger.init_args.save_dir", "one"]) == 0
+    cli = Path(sys.executable).with_name("fl-lightning")
+    done = subprocess.run([str(cli), *MLP784, "--threads", "1", "--trainer.devices", "2", "--trainer.accelerator",
+                           "cpu", "--trainer.strategy", "ddp", "--trainer.logger.init_args.save_dir", "ddp"],
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "terminate called" not in done.stderr
+    (one_rows, one_w), (ddp_rows, ddp_w) = logged("one"), logged("ddp")
+    # the round's sums (uploads and the train/loss sum) are grouped by rank, then all-reduced: not bit for bit
+    for got, expected in zip(ddp_rows, one_rows):
+        for key in ("train/loss", "val/loss"):
+            assert abs(float(got[key]) - float(expected[key])) <= 1e-6 * max(1.0, abs(float(expected[key])))
+    torch.testing.assert_close(ddp_w, one_w, rtol=0, atol=1e-6)
