@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from bench_loop import BATCH, CLIENTS, LR, PER_CLIENT, WD, fl_rounds, make_data, plain_round
-from fl_lightning.memory_format import cpu_has_native_bf16
+from fl_lightning.federation.memory_format import cpu_has_native_bf16
 from fl_lightning.models import LeNet5
 
 

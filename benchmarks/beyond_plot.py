@@ -21,8 +21,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from fl_lightning.figures import colour_of  # noqa: E402
-from fl_lightning.report import find_runs, read_curve  # noqa: E402
+from fl_lightning.runs.figures import colour_of  # noqa: E402
+from fl_lightning.runs.report import find_runs, read_curve  # noqa: E402
 
 
 def uploads(runs: dict[Path, list[Path]], algorithm: str) -> list[tuple[float, float]]:

@@ -13,7 +13,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from fl_lightning.report import find_runs, read_curve
+from fl_lightning.runs.report import find_runs, read_curve
 
 
 def score(versions: list[Path], last: int) -> float:

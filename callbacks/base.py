@@ -3,7 +3,7 @@
 An ``FLCallback`` is an ordinary Lightning ``Callback`` (so Lightning saves its
 ``state_dict()`` in checkpoints and restores it on resume) with extra hooks that the
 ``FederatedLoop`` calls during a round, in this order, each with a typed context
-(``fl_lightning.contexts``)::
+(``fl_lightning.federation.contexts``)::
 
     configure_round(round)            server: which clients, what each uploads, channels, state tables
       for each sampled client:
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import pytorch_lightning as pl
 
-from fl_lightning.contexts import ClientContext, RoundContext, ServerContext
+from fl_lightning.federation.contexts import ClientContext, RoundContext, ServerContext
 from fl_lightning.errors import FLUserError
 
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.errors import ConfigError
-from fl_lightning.seeding import Purpose, derive_seed
+from fl_lightning.federation.seeding import Purpose, derive_seed
 
 
 def _complement(ranges, total):

@@ -15,24 +15,24 @@ from __future__ import annotations
 import torch
 
 from fl_lightning.callbacks.base import FLCallback
-from fl_lightning.client_state import refuse_inline_client_state
-from fl_lightning.comm import Part
-from fl_lightning.compression import Codec
+from fl_lightning.federation.client_state import refuse_inline_client_state
+from fl_lightning.compression.accounting import Part
+from fl_lightning.compression.codecs import Codec
 from fl_lightning.errors import ConfigError
-from fl_lightning.powersgd import PowerSGD
-from fl_lightning.seeding import Stream, generator, stream_seed
+from fl_lightning.compression.powersgd import PowerSGD
+from fl_lightning.federation.seeding import Stream, generator, stream_seed
 
 
 class CompressedUpload(FLCallback):
     """Compresses every upload channel with ``codec``.
 
     Args:
-        codec: a ``fl_lightning.compression.Codec`` (TopK, RandK, QSGD) with its options.
+        codec: a ``fl_lightning.compression.codecs.Codec`` (TopK, RandK, QSGD) with its options.
     """
 
     def __init__(self, codec: Codec):
         if not isinstance(codec, Codec):
-            raise ConfigError("CompressedUpload(codec=...)", f"needs a fl_lightning.compression.Codec (TopK, RandK, "
+            raise ConfigError("CompressedUpload(codec=...)", f"needs a fl_lightning.compression.codecs.Codec (TopK, RandK, "
                               f"QSGD), got {type(codec).__name__}")
         self.codec = codec
         self.residuals = {}  # channel → its client-state table of e_i (error feedback)

@@ -30,7 +30,7 @@ from typing import Optional
 import torch
 
 from fl_lightning.callbacks.base import FLCallback
-from fl_lightning.client_state import refuse_inline_client_state
+from fl_lightning.federation.client_state import refuse_inline_client_state
 from fl_lightning.errors import ConfigError
 
 AUTHORS_SERVER_STEP = 0.1  # their c ← c + 0.1 · mean(c_i⁺ − c): an exponential moving average

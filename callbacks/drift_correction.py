@@ -28,7 +28,7 @@ from typing import Optional
 import torch
 
 from fl_lightning.callbacks.base import FLCallback
-from fl_lightning.client_state import refuse_inline_client_state
+from fl_lightning.federation.client_state import refuse_inline_client_state
 from fl_lightning.errors import ConfigError
 
 

@@ -8,8 +8,8 @@ global model through the same server step (pseudo-gradient x^r − y, SGD with l
 from __future__ import annotations
 
 from fl_lightning.callbacks.base import FLCallback
-from fl_lightning.contexts import ClientTask
-from fl_lightning.seeding import Purpose, derive_seed
+from fl_lightning.federation.contexts import ClientTask
+from fl_lightning.federation.seeding import Purpose, derive_seed
 
 
 class PooledTraining(FLCallback):

@@ -8,10 +8,10 @@ import importlib
 
 __version__ = "0.1.0"
 
-_HOMES = {"FederatedDataModule": "fl_lightning.data.datamodule", "FederatedLoop": "fl_lightning.loop",
-          "ClientTask": "fl_lightning.contexts", "ClientContext": "fl_lightning.contexts",
-          "RoundContext": "fl_lightning.contexts", "ServerContext": "fl_lightning.contexts",
-          "ToyFederation": "fl_lightning.toy", "FederatedModule": "fl_lightning.module"}
+_HOMES = {"FederatedDataModule": "fl_lightning.data.datamodule", "FederatedLoop": "fl_lightning.federation.loop",
+          "ClientTask": "fl_lightning.federation.contexts", "ClientContext": "fl_lightning.federation.contexts",
+          "RoundContext": "fl_lightning.federation.contexts", "ServerContext": "fl_lightning.federation.contexts",
+          "ToyFederation": "fl_lightning.federation.toy", "FederatedModule": "fl_lightning.module"}
 
 
 def __getattr__(name: str):

@@ -24,29 +24,29 @@ import torch.nn.functional as F
 from torch import nn
 
 from fl_lightning.algorithms import REGISTRY, Algorithm
-from fl_lightning.blocks import partition_for
+from fl_lightning.federation.blocks import partition_for
 from fl_lightning.callbacks import CompressedUpload, FLCallback
-from fl_lightning.checkpoint_io import (install as install_safe_checkpoint_io, load_weights_only,
+from fl_lightning.runs.checkpoint_io import (install as install_safe_checkpoint_io, load_weights_only,
                                        refusal as checkpoint_refusal, refuse_before_algorithm_objects)
-from fl_lightning.client_state import ClientStateStore, open_store
-from fl_lightning.compression import Codec
-from fl_lightning.distributed import Collective
+from fl_lightning.federation.client_state import ClientStateStore, open_store
+from fl_lightning.compression.codecs import Codec
+from fl_lightning.federation.distributed import Collective
 from fl_lightning.errors import ConfigError, DivergenceError, check_unchanged
-from fl_lightning.evaluation import batch_sums, summed_over_ranks, test_metrics, train_objective
-from fl_lightning.flat import FlatModel
-from fl_lightning.foreign import (LoggedValues, is_lightning, logging_into, network_optimizer,
+from fl_lightning.federation.evaluation import batch_sums, summed_over_ranks, test_metrics, train_objective
+from fl_lightning.federation.flat import FlatModel
+from fl_lightning.federation.user_module import (LoggedValues, is_lightning, logging_into, network_optimizer,
                                   network_optimizer_settings, overrides)
-from fl_lightning.loop import FederatedLoop, LocalConfig
-from fl_lightning.memory_format import set_input_layout
+from fl_lightning.federation.loop import FederatedLoop, LocalConfig
+from fl_lightning.federation.memory_format import set_input_layout
 from fl_lightning.module_options import check_module_options, check_trainer, codec_spec, resolve
 from fl_lightning.models.sizing import check_network_fits
 from fl_lightning.models.timm_models import timm_input_config
-from fl_lightning.parallel import check_parallel_clients
-from fl_lightning.plot import save_curve
-from fl_lightning.python_api import as_the_cli_does, summary
-from fl_lightning.round_log import RoundLog
-from fl_lightning.run_files import run_dirs, wandb_id
-from fl_lightning.seeding import run_seed
+from fl_lightning.federation.parallel import check_parallel_clients
+from fl_lightning.runs.plot import save_curve
+from fl_lightning.runs.python_api import as_the_cli_does, summary
+from fl_lightning.federation.round_log import RoundLog
+from fl_lightning.runs.files import run_dirs, wandb_id
+from fl_lightning.federation.seeding import run_seed
 
 
 class FederatedModule(pl.LightningModule):
@@ -87,7 +87,7 @@ class FederatedModule(pl.LightningModule):
             training objective f(x) + (weight_decay/2)‖x‖² over all clients' data (convex plots).
         parallel_clients: K, clients trained at the same time in this process (each rank under DDP), the
             intra-op threads split between them; the same numbers as K = 1 at that many threads per client.
-        channels_last: lay image batches out channels-last (fl_lightning.memory_format); None: for conv networks
+        channels_last: lay image batches out channels-last (fl_lightning.federation.memory_format); None: for conv networks
             on the CPU, where it is faster.
     """
 
@@ -124,7 +124,7 @@ class FederatedModule(pl.LightningModule):
         self.loop: Optional[FederatedLoop] = None
         self.client_state: Optional[ClientStateStore] = None  # c_i, h_i, e_i of every client, on disk
         self.rounds = RoundLog(target_accuracy)  # rows, curve, upload at the target
-        self.run_id: Optional[str] = None  # set by the CLI (fl_lightning.run_identity); in every checkpoint
+        self.run_id: Optional[str] = None  # set by the CLI (fl_lightning.runs.identity); in every checkpoint
         self.prints_summary = True  # the one-line summary at the end of a Python-API fit (the CLI prints its own)
         self._restored: Optional[dict] = None
         self._val_sums: list[torch.Tensor] = []
@@ -302,7 +302,7 @@ class FederatedModule(pl.LightningModule):
                       on_step=False, on_epoch=True, logger=False)  # the bar and summary; the loggers have it
 
     def _write_round_row(self) -> dict:
-        """The round's row (progress, communication, its validation), written once (fl_lightning.round_log)."""
+        """The round's row (progress, communication, its validation), written once (fl_lightning.federation.round_log)."""
         if self.rounds.row is not None:
             return self.rounds.row
         row = {**self._train_logs.pop_means(self.collective), "round": float(self.current_epoch + 1), "lr": self._lr,

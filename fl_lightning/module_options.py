@@ -6,8 +6,8 @@ from typing import Optional, Union
 
 from fl_lightning.algorithms import Algorithm, create
 from fl_lightning.algorithms.names import import_class
-from fl_lightning.codecs import CODECS
-from fl_lightning.compression import Codec
+from fl_lightning.compression import CODECS
+from fl_lightning.compression.codecs import Codec
 from fl_lightning.errors import ConfigError, check_accuracy
 
 
@@ -36,7 +36,7 @@ def resolve(algorithm: Union[Algorithm, str, None], compression: Union[Codec, st
                               f"{', '.join(CODECS)}, none")
         return algorithm, CODECS[compression]() if compression in CODECS else None
     if compression is not None and not isinstance(compression, Codec):
-        raise ConfigError("model.compression", f"needs a fl_lightning.compression.Codec, got {type(compression).__name__}")
+        raise ConfigError("model.compression", f"needs a fl_lightning.compression.codecs.Codec, got {type(compression).__name__}")
     return algorithm, compression if compression is not None else implied
 
 

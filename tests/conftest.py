@@ -45,7 +45,7 @@ def split_options(algorithm: str, hp: dict, default_blocks=None) -> dict:
     """FederatedModule kwargs for ``algorithm`` (a registry name) and the options in ``hp``: the algorithm's
     own (e.g. num_blocks=2) go to its object, compression_k/qsgd_levels/... to the codec, the rest stay."""
     from fl_lightning.algorithms import get
-    from fl_lightning.codecs import CODECS
+    from fl_lightning.compression import CODECS
 
     hp = dict(hp)
     entry = get(algorithm)

@@ -23,7 +23,7 @@ PRESETS = ["fedavg", "fedavgm", "fedadam", "fedyogi", "fedprox", "scaffold", "fe
 
 def run_metrics(args: list[str], threads: int = 1) -> dict:
     """metrics.csv of a 5-round quickstart fit (every value as written) and a digest of the final weights."""
-    from fl_lightning.lightning_cli import FederatedCLI
+    from fl_lightning.cli.lightning_cli import FederatedCLI
 
     torch.set_num_threads(threads)
     with tempfile.TemporaryDirectory() as tmp:

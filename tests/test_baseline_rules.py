@@ -3,7 +3,7 @@
 import torch
 
 from fl_lightning.callbacks import DriftCorrection
-from fl_lightning.server_optimizers import FedAdam, FedYogi
+from fl_lightning.federation.server_optimizers import FedAdam, FedYogi
 from tests.reference import (M, Rule, assert_params, check_assignment, check_local_models, data, flat_state,
                              run_library, run_reference)
 

@@ -8,11 +8,11 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 
 from fl_lightning import FederatedDataModule
-from fl_lightning.blocks import build_partition
+from fl_lightning.federation.blocks import build_partition
 from fl_lightning.cli import main
 from fl_lightning.data import DataSplit
 from fl_lightning.errors import ConfigError
-from fl_lightning.flat import FlatModel
+from fl_lightning.federation.flat import FlatModel
 from fl_lightning.models import MLP, LeNet5, LogisticRegression, create_model
 from tests.conftest import fl_module, make_trainer
 

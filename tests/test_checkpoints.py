@@ -8,7 +8,7 @@ from sklearn.datasets import load_digits
 from torch.utils.data import TensorDataset
 
 from fl_lightning import FederatedDataModule, FederatedModule
-from fl_lightning.checkpoint_io import SafeCheckpointIO
+from fl_lightning.runs.checkpoint_io import SafeCheckpointIO
 from fl_lightning.errors import ConfigError
 from fl_lightning.models import MLP
 from tests.conftest import fl_module, make_trainer

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fl_lightning import FederatedDataModule
-from fl_lightning.client_state import ClientStateStore
+from fl_lightning.federation.client_state import ClientStateStore
 from fl_lightning.errors import FLUserError
 from fl_lightning.models import MLP
 from tests.conftest import fl_module, make_trainer

@@ -2,7 +2,7 @@
 import torch
 
 from fl_lightning import FederatedDataModule
-from fl_lightning.comm import CommMeter, Payload, ReceivedSums
+from fl_lightning.compression.accounting import CommMeter, Payload, ReceivedSums
 from fl_lightning.data import DataSplit
 from fl_lightning.models import LeNet5
 from tests.conftest import fl_module, make_trainer

@@ -7,7 +7,7 @@ import torch
 
 from fl_lightning import FederatedDataModule, FederatedModule
 from fl_lightning.callbacks import BlockUploadMask, CompressedUpload, FLCallback
-from fl_lightning.compression import QSGD, TopK, pack_bits, qsgd, randk, topk, unpack_bits
+from fl_lightning.compression.codecs import QSGD, TopK, pack_bits, qsgd, randk, topk, unpack_bits
 from fl_lightning.data import DataSplit
 from fl_lightning.errors import ConfigError
 from fl_lightning.models import LeNet5

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fl_lightning.checkpoint_io import load_weights_only
+from fl_lightning.runs.checkpoint_io import load_weights_only
 
 QUICKSTART = str(Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml")
 ROUNDS = 30  # ~75 ms each: three kills, each after 1-5 rounds of progress, leave rounds to spare

@@ -1,4 +1,4 @@
-"""Local training at this CPU's limit (fl_lightning.memory_format): conv networks see their image
+"""Local training at this CPU's limit (fl_lightning.federation.memory_format): conv networks see their image
 batches channels-last, bf16 autocast on the CPU keeps client updates and the server's state in fp32;
 both give the same numbers run to run."""
 import copy
@@ -12,7 +12,7 @@ from torch.utils.data import TensorDataset
 
 from fl_lightning import FederatedDataModule
 from fl_lightning.errors import ConfigError
-from fl_lightning.memory_format import cpu_has_native_bf16, set_channels_last
+from fl_lightning.federation.memory_format import cpu_has_native_bf16, set_channels_last
 from fl_lightning.models import MLP
 from tests.conftest import fl_module, make_trainer
 

@@ -1,4 +1,4 @@
-"""Clients trained K at a time in one process (fl_lightning.parallel): the numbers of K = 1, bit for
+"""Clients trained K at a time in one process (fl_lightning.federation.parallel): the numbers of K = 1, bit for
 bit, at the same intra-op threads per client."""
 import json
 import warnings
@@ -13,10 +13,10 @@ from fl_lightning import FederatedDataModule
 from fl_lightning.algorithms import FedAvg
 from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.errors import ConfigError
-from fl_lightning.flat import FlatModel
+from fl_lightning.federation.flat import FlatModel
 from fl_lightning.models import MLP
-from fl_lightning.parallel import check_parallel_clients, split_threads
-from fl_lightning.toy import ToyFederation
+from fl_lightning.federation.parallel import check_parallel_clients, split_threads
+from fl_lightning.federation.toy import ToyFederation
 from preset_golden import GOLDEN, PRESETS, run_metrics
 from tests.conftest import fl_module, make_trainer
 from tests.test_engine import read_rows

@@ -6,10 +6,10 @@ import torch
 from torch import nn
 
 from fl_lightning.algorithms import FedAvg, get
-from fl_lightning.flat import FlatModel
-from fl_lightning.powersgd import PowerSGD, power_step
-from fl_lightning.seeding import Stream, derive_seed, generator, stream_seed
-from fl_lightning.toy import ToyFederation
+from fl_lightning.federation.flat import FlatModel
+from fl_lightning.compression.powersgd import PowerSGD, power_step
+from fl_lightning.federation.seeding import Stream, derive_seed, generator, stream_seed
+from fl_lightning.federation.toy import ToyFederation
 
 
 def test_one_power_step_by_hand():

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from fl_lightning.cli import main
-from fl_lightning.run_identity import ID_LINE, read_run_id, run_id, run_label
+from fl_lightning.runs.identity import ID_LINE, read_run_id, run_id, run_label
 from tests.test_images import make_folder
 from tests.wandb_records import history_rows, read_records
 

@@ -45,7 +45,7 @@ def test_known_options_are_the_constructors_arguments():
     import pytorch_lightning as pl
 
     from fl_lightning import FederatedDataModule, FederatedModule
-    from fl_lightning.options import known_options
+    from fl_lightning.cli.options import known_options
 
     known = known_options()
     for group, cls in (("model", FederatedModule), ("data", FederatedDataModule), ("trainer", pl.Trainer)):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fl_lightning.cli import main
-from fl_lightning.report import find_runs, floats_to_target, read_curve
+from fl_lightning.runs.report import find_runs, floats_to_target, read_curve
 
 QUICKSTART = str(Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml")
 QUIET = ["--trainer.enable_progress_bar", "false"]
@@ -167,7 +167,7 @@ def test_kept_runs_are_whole_runs_apart_from_the_run_directories(capsys):
     """Only a copy finished by keep() (its .kept marker) counts; the copies may not overlap the runs'
     own directory (checkpoints); every option that may change at resume has a rule for kept runs."""
     from fl_lightning import kept_runs
-    from fl_lightning.run_identity import TAKES_EFFECT_AT_RESUME
+    from fl_lightning.runs.identity import TAKES_EFFECT_AT_RESUME
 
     sorted_out = kept_runs.AT_LEAST + kept_runs.EQUAL + kept_runs.HOW_COMPUTED
     assert {key.split(".", 1)[1] for key in sorted_out if key.startswith("model.")} == TAKES_EFFECT_AT_RESUME

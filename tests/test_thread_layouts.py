@@ -48,7 +48,7 @@ def test_one_thread_per_client_is_the_same_in_one_process_and_k2(tmp_path, capsy
     assert len(one_rows) == 2 and one_rows == k2_rows  # every logged value, as written
     assert torch.equal(one_w, k2_w)
     saved = open(glob.glob("one/**/config.yaml", recursive=True)[0]).read()
-    assert "fl_lightning.threads.Threads" in saved and "threads: 1" in saved
+    assert "fl_lightning.federation.threads.Threads" in saved and "threads: 1" in saved
     # K = 2 resumes the one-process run silently (same threads per client); 2 threads per client says so
     assert main([*MLP784, "--threads", "2", "--model.parallel_clients", "2", "--trainer.max_epochs", "3",
                  "--trainer.logger.init_args.save_dir", "one", "--ckpt_path", "last"]) == 0

@@ -6,7 +6,7 @@ import timm
 import torch
 
 import fl_lightning.models.timm_models as timm_models
-from fl_lightning.blocks import build_partition
+from fl_lightning.federation.blocks import build_partition
 from fl_lightning.errors import ConfigError
 from fl_lightning.models import TimmModel
 

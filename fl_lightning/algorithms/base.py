@@ -109,7 +109,7 @@ class Entry:
 
     name: str
     algorithm: type
-    codec: Optional[str] = None  # a fl_lightning.compression.CODECS name
+    codec: Optional[str] = None  # a fl_lightning.compression.codecs.CODECS name
     summary: str = ""
     upload: str = ""
 

@@ -19,12 +19,12 @@ register_preset("signsgd", FedAvg, "sign", "FedAvg uploading scaled signs with e
                 "(EF-signSGD, Karimireddy et al. 2019)", "≈ d/32")
 register_preset("eden", FedAvg, "eden", "FedAvg uploading one bit per entry after a seeded random rotation, decoded "
                 "unbiased (DRIVE/EDEN, Vargaftik et al. 2021/2022)", "≈ d'/32, d' = d padded to 2^m")
+register_preset("powersgd", FedAvg, "powersgd", "FedAvg uploading rank-r factors of each weight matrix from one "
+                "warm-started power-iteration step, with error feedback (PowerSGD, Vogels et al. 2019)",
+                "Σ (rows + cols)·r over the matrices, + the rest")
 register_preset("fedbcgd_sign", FedBCGD, "sign", "FedBCGD with its uploaded blocks as EF-signSGD scaled signs",
                 "≈ FedBCGD/32")
 register_preset("fedbcgd_eden", FedBCGD, "eden", "FedBCGD with its uploaded blocks DRIVE/EDEN-compressed",
                 "≈ FedBCGD'/32 (padded)")
-register_preset("powersgd", FedAvg, "powersgd", "FedAvg uploading rank-r factors of each weight matrix from one "
-                "warm-started power-iteration step, with error feedback (PowerSGD, Vogels et al. 2019)",
-                "Σ (rows + cols)·r over the matrices, + the rest")
 register_preset("fedbcgd_powersgd", FedBCGD, "powersgd", "FedBCGD with the matrices of its uploaded blocks as "
                 "PowerSGD factors", "≈ FedBCGD's slices as factors")

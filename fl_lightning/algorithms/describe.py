@@ -7,7 +7,7 @@ import re
 
 from fl_lightning.algorithms import REGISTRY, Algorithm, Entry, get
 from fl_lightning.algorithms.names import import_class
-from fl_lightning.codecs import CODECS
+from fl_lightning.compression import CODECS
 
 
 def option_help(cls: type) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """FedAvg and its server-optimizer variants (spec, "FedAvg", "FedAvgM", "FedAdam"; Reddi et al. 2020).
 
 Every client trains E local epochs from x^r and uploads Δ_i = y_i − x^r (d floats); the server
-steps x^r with an optimizer on the pseudo-gradient −Δ̄ (fl_lightning.server_optimizers):
+steps x^r with an optimizer on the pseudo-gradient −Δ̄ (fl_lightning.federation.server_optimizers):
 SGD(η_g) gives x + η_g Δ̄, SGD with momentum λ FedAvgM, Adam/Yogi FedAdam/FedYogi.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from fl_lightning.algorithms.base import Algorithm, fraction, positive, register
-from fl_lightning.server_optimizers import FedAdam as FedAdamStep, FedYogi as FedYogiStep
+from fl_lightning.federation.server_optimizers import FedAdam as FedAdamStep, FedYogi as FedYogiStep
 
 
 @register("fedavg")

@@ -1,6 +1,6 @@
 """FedBCGD and FedBCGD+ (spec, "FedBCGD", "FedBCGD+"; paper Sec. 3).
 
-FedBCGD: the model is divided into N blocks plus a shared block (fl_lightning.blocks); each
+FedBCGD: the model is divided into N blocks plus a shared block (fl_lightning.federation.blocks); each
 round the S sampled clients are assigned blocks (client i of a seeded shuffle owns block
 i mod N), train the whole model, and upload only Δ_(j) and Δ_s (≈ d/N floats). The server
 averages each block over the clients that sent it and steps it with block momentum
@@ -29,7 +29,7 @@ class FedBCGD(Algorithm):
     Args:
         num_blocks: N, parameter blocks; default: the paper's division for the model, else 5.
         block_division: ``auto`` (the paper's if the model has one, else balanced), ``balanced``, or
-            ``{blocks: [[module patterns]], shared: [patterns]}`` (fl_lightning.blocks).
+            ``{blocks: [[module patterns]], shared: [patterns]}`` (fl_lightning.federation.blocks).
         shared_block: keep a shared block uploaded by every client (ablation: false).
         server_lr: η_g, the server step.
         server_momentum: λ, block momentum in [0, 1) (paper: 0.8).

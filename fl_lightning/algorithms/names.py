@@ -1,6 +1,6 @@
 """Registry names on the command line and in YAML: ``--model.algorithm fedpaq`` becomes the class
 path jsonargparse instantiates (``fl_lightning.algorithms.fedavg.FedAvg``) and, for a name that
-implies a codec, ``--model.compression fl_lightning.compression.QSGD``; ``--model.compression
+implies a codec, ``--model.compression fl_lightning.compression.codecs.QSGD``; ``--model.compression
 qsgd`` becomes that codec's class path (``none``: no compression). A name that implies no codec
 switches compression off unless the command gives ``--model.compression`` itself. Class names
 (``--model.algorithm FedProx``) and class paths pass through unchanged."""
@@ -12,7 +12,7 @@ from typing import Optional
 import yaml
 
 from fl_lightning.algorithms import REGISTRY, get
-from fl_lightning.codecs import CODECS
+from fl_lightning.compression import CODECS
 from fl_lightning.errors import ConfigError
 
 ALGORITHM, COMPRESSION, HELP = "--model.algorithm", "--model.compression", "--model.algorithm.help"

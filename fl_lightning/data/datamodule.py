@@ -23,7 +23,7 @@ from fl_lightning.data.own import load_by_class_path, split_from_datasets
 from fl_lightning.data.split import DataOptions, DataSplit
 from fl_lightning.data.partition import class_histogram, dirichlet_partition, iid_partition
 from fl_lightning.errors import ConfigError, check_unchanged
-from fl_lightning.seeding import run_seed
+from fl_lightning.federation.seeding import run_seed
 
 PARTITIONS = ("dirichlet", "iid")
 

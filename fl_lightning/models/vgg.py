@@ -3,7 +3,7 @@
 3×3 convolutions without bias (the tables count weights only), each followed by a
 normalisation and ReLU, max-pool after each stage, then fc1 → fc2 → classifier.
 Module names (``convs.i``, ``fc1``, ``fc2``, ``classifier``) are what the paper's block
-presets in ``fl_lightning.blocks`` refer to. The paper's FC widths differ between its
+presets in ``fl_lightning.federation.blocks`` refer to. The paper's FC widths differ between its
 tables; ``hidden`` (default 512) sets them.
 """
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The picture every ``fit`` leaves in its run directory: accuracy against floats uploaded (PNG at
-300 dpi and PDF; fl_lightning.figures)."""
+300 dpi and PDF; fl_lightning.runs.figures)."""
 from __future__ import annotations
 
-from fl_lightning.figures import AXES, colour_of, finish
+from fl_lightning.runs.figures import AXES, colour_of, finish
 
 
 def save_curve(path: str, points: list[tuple[float, float]], test_points: list[tuple[float, float]],

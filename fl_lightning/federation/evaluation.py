@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fl_lightning.distributed import Collective
+from fl_lightning.federation.distributed import Collective
 
 
 def batch_sums(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

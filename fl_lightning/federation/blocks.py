@@ -1,7 +1,7 @@
 """Block division of a model: N blocks plus one shared block (spec, "Notation", "Block divisions").
 
 Every parameter and floating buffer is in exactly one block; buffers follow the module that
-owns them. The flat vector (``fl_lightning.flat``) is laid out block by block, so a block is
+owns them. The flat vector (``fl_lightning.federation.flat``) is laid out block by block, so a block is
 one or two contiguous slices (its parameters, and its buffers after all parameters).
 
 Three ways to get a division (``FederatedModule(block_division=...)``):
@@ -24,7 +24,7 @@ from typing import Callable, Optional, Union
 from torch import nn
 
 from fl_lightning.errors import ConfigError
-from fl_lightning.flat import Segment, tensor_layout
+from fl_lightning.federation.flat import Segment, tensor_layout
 
 Ranges = list[tuple[int, int]]
 DivisionSpec = Union[str, dict]

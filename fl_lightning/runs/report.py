@@ -3,7 +3,7 @@
 A run is a directory with ``version_N/metrics.csv``, or one ``version_N`` directory given itself.
 A resumed run writes several versions: they are read as one curve (a later version's row
 replacing an earlier one's for the same round) only when they are the same run — the same run id
-at the top of their config.yaml (fl_lightning.run_identity; for older runs, the same settings);
+at the top of their config.yaml (fl_lightning.runs.identity; for older runs, the same settings);
 otherwise the report stops with one line naming them. validate/test outputs (no rounds) are
 ignored and named. Runs are grouped by every model and data setting in their ``config.yaml``
 that differs between them, except the seed; per group: mean ± sample std over seeds of the final and best val/acc and of the floats
@@ -30,8 +30,8 @@ from typing import Optional
 import yaml
 
 from fl_lightning.errors import ConfigError, check_accuracy
-from fl_lightning.figures import AXES, X_AXES, colour_of, finish
-from fl_lightning.run_identity import identity_settings, read_run_id, run_id
+from fl_lightning.runs.figures import AXES, X_AXES, colour_of, finish
+from fl_lightning.runs.identity import identity_settings, read_run_id, run_id
 
 
 
@@ -95,7 +95,7 @@ def read_curve(versions: list[Path]) -> list[dict]:
 
 
 def read_settings(versions: list[Path]) -> Optional[dict]:
-    """The run's identity settings (fl_lightning.run_identity: model, data less paths, the Trainer's
+    """The run's identity settings (fl_lightning.runs.identity: model, data less paths, the Trainer's
     arithmetic and numeric callbacks) from its config.yaml (newest piece), flattened to dotted keys;
     None when absent."""
     configs = [v / "config.yaml" for v in versions if (v / "config.yaml").is_file()]

@@ -9,7 +9,7 @@ Three typed contexts instead of the loop object:
   gradient, x^r, the current minibatch, its upload, and its full gradient / minibatch gradient at x^r.
 - ``ServerContext``: the aggregation — the received sums, the aggregated update, M, the blocks.
 
-Each is built by ``fl_lightning.loop.FederatedLoop``, or by hand in a test (``fl_lightning.toy``).
+Each is built by ``fl_lightning.federation.loop.FederatedLoop``, or by hand in a test (``fl_lightning.federation.toy``).
 """
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from fl_lightning.blocks import BlockPartition
-from fl_lightning.client_state import ClientStateStore
-from fl_lightning.comm import Payload, ReceivedSums
+from fl_lightning.federation.blocks import BlockPartition
+from fl_lightning.federation.client_state import ClientStateStore
+from fl_lightning.compression.accounting import Payload, ReceivedSums
 
 Ranges = list[tuple[int, int]]
 
@@ -55,7 +55,7 @@ class RoundContext:
     client_state: ClientStateStore  # declare per-client tables here: client_state.table(name, size)
     device: torch.device
     total_samples: int  # Σ n_i over all M clients
-    segments: tuple = ()  # fl_lightning.flat.Segment of every tensor: where it lies in the flat vector
+    segments: tuple = ()  # fl_lightning.federation.flat.Segment of every tensor: where it lies in the flat vector
 
 
 class ClientContext:
@@ -92,7 +92,7 @@ class ClientContext:
     def keep_final_model(self) -> None:
         """Once trained, ``vector``/``params`` become a copy of the working model y, so
         ``on_client_reported`` reads this client's y while the working model trains another client
-        (fl_lightning.parallel); ``grad`` is then no longer this client's."""
+        (fl_lightning.federation.parallel); ``grad`` is then no longer this client's."""
         self.vector = self.vector.clone()
         self.params = self.vector[:self.num_params]
 

@@ -19,7 +19,7 @@ from typing import Sequence
 
 import torch
 
-from fl_lightning.compression import Codec
+from fl_lightning.compression.codecs import Codec
 from fl_lightning.errors import ConfigError
 
 

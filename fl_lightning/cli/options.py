@@ -13,15 +13,10 @@ from typing import Optional
 
 from fl_lightning.errors import ConfigError
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-GROUPS = {"model": (os.path.join(HERE, "module.py"), "FederatedModule"),
-          "data": (os.path.join(HERE, "data", "datamodule.py"), "FederatedDataModule")}
+PACKAGE = os.path.dirname(importlib.util.find_spec("fl_lightning").origin)  # found, not imported (it is light)
+GROUPS = {"model": (os.path.join(PACKAGE, "module.py"), "FederatedModule"),
+          "data": (os.path.join(PACKAGE, "data", "datamodule.py"), "FederatedDataModule")}
 ALWAYS = {"help"}  # jsonargparse's --model.help CLASS
-# The built-in algorithms in the order the README, `fl-lightning algorithms` and every plot's colours use
-# (kept here, importing nothing, so that report and plots need no torch).
-ALGORITHM_ORDER = ("fedavg", "fedavgm", "fedadam", "fedyogi", "fedprox", "scaffold", "feddc", "feddyn", "fednova",
-                   "fedbcgd", "fedbcgd_freezing", "fedbcgd_plus", "topk", "fedpaq", "fedbcgd_qsgd", "fedbcgd_plus_qsgd",
-                   "signsgd", "eden", "powersgd", "fedbcgd_sign", "fedbcgd_eden", "fedbcgd_powersgd", "centralized")
 # Module options that became options of an algorithm or a codec: where each one lives now.
 MOVED = {"server_lr": "--model.algorithm.server_lr V", "server_momentum": "--model.algorithm.server_momentum V",
          "fedprox_mu": "--model.algorithm fedprox --model.algorithm.mu V",

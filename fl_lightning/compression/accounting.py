@@ -3,7 +3,7 @@
 A ``Payload`` is what one client receives or sends in a round: named channels
 ("delta", "control", ...), each a list of parts. A part covers slices ``[start, stop)`` of a
 server-side vector and carries the message actually sent for them: the values themselves (a
-tensor), or a compressed message (``fl_lightning.compression``) whose ``wire`` tensors are what
+tensor), or a compressed message (``fl_lightning.compression.codecs``) whose ``wire`` tensors are what
 is sent and whose ``decode()`` the server aggregates. Bytes are counted from the tensors on the
 wire, so masking (FedBCGD) and compression are accounted for automatically.
 
@@ -17,7 +17,7 @@ from typing import Optional, Union
 
 import torch
 
-from fl_lightning.compression import QuantizedMessage, SparseMessage
+from fl_lightning.compression.codecs import QuantizedMessage, SparseMessage
 
 Message = Union[torch.Tensor, SparseMessage, QuantizedMessage]
 

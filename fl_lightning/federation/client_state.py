@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from fl_lightning.errors import FLUserError
-from fl_lightning.run_files import run_folder
+from fl_lightning.runs.files import run_folder
 
 KEPT_CHECKPOINTS = 2  # slots referenced by this many most recent checkpoints are not reused
 
@@ -225,7 +225,7 @@ class ClientStateStore:
 
 
 def state_dir(trainer) -> str:
-    """``<run folder>/client_state`` (fl_lightning.run_files): beside the run's checkpoints, for every
+    """``<run folder>/client_state`` (fl_lightning.runs.files): beside the run's checkpoints, for every
     logger; the same on every rank."""
     folder = run_folder(trainer.loggers[0]) if trainer.loggers else trainer.default_root_dir
     return os.path.join(trainer.strategy.broadcast(folder), "client_state")

@@ -6,7 +6,7 @@ arithmetic uses: ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` (inherited by the r
 whose own ``torch.set_num_threads`` then keeps N), torch's intra-op threads (``torch.set_num_threads``:
 OpenMP and MKL, which oneDNN follows) and, while no inter-op work has started, its inter-op threads.
 With ``model.parallel_clients K`` each client gets N // K of them. The thread count is "how fast",
-not "what": it stays out of the run's identity (fl_lightning.run_identity).
+not "what": it stays out of the run's identity (fl_lightning.runs.identity).
 
 Without ``--threads`` the same callback is still added (``layout_callback``): it records the layout a
 checkpoint was written with — intra-op threads per client, K, world size — and a resumed run whose

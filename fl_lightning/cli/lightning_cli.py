@@ -26,24 +26,24 @@ from pytorch_lightning.loggers import WandbLogger
 from lightning_fabric.utilities.exceptions import MisconfigurationException
 
 from fl_lightning.algorithms import algorithms_with
-from fl_lightning.codecs import CODECS
+from fl_lightning.compression import CODECS
 from fl_lightning.algorithms.describe import fit_description
 from fl_lightning.algorithms.names import algorithm_name, class_path, expand_args, import_class, load_yaml
-from fl_lightning.blocks import partition_for
-from fl_lightning.checkpoint_io import load_weights_only, refuse_before_algorithm_objects
+from fl_lightning.federation.blocks import partition_for
+from fl_lightning.runs.checkpoint_io import load_weights_only, refuse_before_algorithm_objects
 from fl_lightning.data.datamodule import FederatedDataModule
-from fl_lightning.distributed import shutdown
+from fl_lightning.federation.distributed import shutdown
 from fl_lightning.errors import ConfigError, FLUserError, check_unchanged
 from fl_lightning.models.timm_models import architecture_only
 from fl_lightning.module_options import check_trainer
-from fl_lightning.options import moved
-from fl_lightning.run_identity import ID_LINE, TAKES_EFFECT_AT_RESUME, names_its_logger, run_id, run_label
+from fl_lightning.cli.options import moved
+from fl_lightning.runs.identity import ID_LINE, TAKES_EFFECT_AT_RESUME, names_its_logger, run_id, run_label
 from fl_lightning.models.sizing import size_network_by_data
 from fl_lightning.module import FederatedModule
-from fl_lightning.run_files import run_dirs
-from fl_lightning.progress import RoundProgressBar
-from fl_lightning.threads import Threads
-from fl_lightning.python_api import summary
+from fl_lightning.runs.files import run_dirs
+from fl_lightning.runs.progress import RoundProgressBar
+from fl_lightning.federation.threads import Threads
+from fl_lightning.runs.python_api import summary
 
 TRAINER_DEFAULTS = {
     "max_epochs": 30,  # = communication rounds
@@ -253,7 +253,7 @@ class FederatedCLI(LightningCLI):
             raise cause from None
 
     def instantiate_trainer(self, **kwargs):
-        """Adds the round progress bar (fl_lightning.progress) unless the config disables bars or brings one."""
+        """Adds the round progress bar (fl_lightning.runs.progress) unless the config disables bars or brings one."""
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
         trainer = config.get("trainer") or {}
         callbacks = trainer.get("callbacks") or []
@@ -307,7 +307,7 @@ class FederatedCLI(LightningCLI):
                         check_unchanged(field, now, before)
 
     def name_the_run(self, config) -> None:
-        """The run's id, and its directory ``<name>/<label>`` for CSV/TensorBoard loggers (fl_lightning.run_identity)."""
+        """The run's id, and its directory ``<name>/<label>`` for CSV/TensorBoard loggers (fl_lightning.runs.identity)."""
         settings = config.clone().as_dict()
         self.run_id = run_id(settings)
         if names_its_logger(self._given_args):

@@ -8,7 +8,7 @@
 
 Every client takes part each round (clients_per_round = M unless given); the local optimizer is SGD
 with a constant lr; the server optimizer is the algorithm's; ``loss_fn(network, x, y)`` (default cross
-entropy); ``parallel_clients`` trains K clients at once (fl_lightning.parallel).
+entropy); ``parallel_clients`` trains K clients at once (fl_lightning.federation.parallel).
 """
 from __future__ import annotations
 
@@ -20,13 +20,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from fl_lightning.algorithms import Algorithm
-from fl_lightning.blocks import partition_for
+from fl_lightning.federation.blocks import partition_for
 from fl_lightning.callbacks import CompressedUpload, FLCallback
-from fl_lightning.client_state import ClientStateStore
-from fl_lightning.compression import Codec
+from fl_lightning.federation.client_state import ClientStateStore
+from fl_lightning.compression.codecs import Codec
 from fl_lightning.data.datamodule import ClientData
-from fl_lightning.flat import FlatModel
-from fl_lightning.loop import FederatedLoop, LocalConfig
+from fl_lightning.federation.flat import FlatModel
+from fl_lightning.federation.loop import FederatedLoop, LocalConfig
 
 
 class ToyFederation:

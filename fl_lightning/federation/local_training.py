@@ -3,7 +3,7 @@ client_final): y ← x^r, E local epochs of minibatch SGD, the upload Δ = y −
 
 A ``LocalTrainer`` owns a working model (a ``FlatModel``), its local optimizer and its work
 buffers. The loop trains with the module's own; clients trained in parallel each get one of a few
-copies (fl_lightning.parallel). Every random draw comes from the client's own streams, so a client
+copies (fl_lightning.federation.parallel). Every random draw comes from the client's own streams, so a client
 trains the same on any of them.
 """
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import Callable, ContextManager, Optional, Sequence
 import torch
 
 from fl_lightning.callbacks.base import FLCallback
-from fl_lightning.contexts import ClientContext, ClientTask, RoundContext
+from fl_lightning.federation.contexts import ClientContext, ClientTask, RoundContext
 from fl_lightning.data.datamodule import ClientData
-from fl_lightning.flat import FlatModel
-from fl_lightning.foreign import RecordedLogs, logging_into
-from fl_lightning.seeding import (Stream, generator, global_rng_state, isolated_rng, seed_global_rng,
+from fl_lightning.federation.flat import FlatModel
+from fl_lightning.federation.user_module import RecordedLogs, logging_into
+from fl_lightning.federation.seeding import (Stream, generator, global_rng_state, isolated_rng, seed_global_rng,
                                   set_global_rng_state, stream_seed)
 
 

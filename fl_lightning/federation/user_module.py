@@ -17,7 +17,7 @@ from contextlib import contextmanager
 import pytorch_lightning as pl
 import torch
 
-from fl_lightning.distributed import Collective
+from fl_lightning.federation.distributed import Collective
 from fl_lightning.errors import ConfigError
 
 

@@ -25,12 +25,12 @@ from typing import Callable, Iterator, Optional
 import torch
 from torch import nn
 
-from fl_lightning.contexts import ClientContext, ClientTask, RoundContext
+from fl_lightning.federation.contexts import ClientContext, ClientTask, RoundContext
 from fl_lightning.errors import ConfigError
-from fl_lightning.flat import FlatModel
-from fl_lightning.foreign import RecordedLogs
-from fl_lightning.local_training import LocalTrainer
-from fl_lightning.seeding import generator, global_rng_state, isolated_rng
+from fl_lightning.federation.flat import FlatModel
+from fl_lightning.federation.user_module import RecordedLogs
+from fl_lightning.federation.local_training import LocalTrainer
+from fl_lightning.federation.seeding import generator, global_rng_state, isolated_rng
 
 Result = tuple[ClientContext, torch.Tensor, RecordedLogs]
 

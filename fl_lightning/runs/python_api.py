@@ -9,8 +9,8 @@ import warnings
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import TQDMProgressBar
 
-from fl_lightning.progress import RoundProgressBar
-from fl_lightning.run_files import run_folder
+from fl_lightning.runs.progress import RoundProgressBar
+from fl_lightning.runs.files import run_folder
 
 IRRELEVANT = (r".*smaller than the logging interval.*",  # one training "batch" per round, by design
               r".*does not have many workers.*")  # the loaders hold one item or in-memory tensors

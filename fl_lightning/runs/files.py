@@ -1,4 +1,4 @@
-"""Where a run's files go (fl_lightning.run_identity names the run).
+"""Where a run's files go (fl_lightning.runs.identity names the run).
 
 A logger's run folder is where Lightning puts its checkpoints: ``<save_dir>/<name>/<version>`` —
 ``version_N`` for the CSV/TensorBoard loggers, the W&B run id (``<save_dir>/<project>/<id>``) for

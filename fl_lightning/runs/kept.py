@@ -12,8 +12,8 @@ from typing import Optional
 import yaml
 
 from fl_lightning.errors import ConfigError
-from fl_lightning.report import version_id, version_number
-from fl_lightning.run_identity import run_id, value_at
+from fl_lightning.runs.report import version_id, version_number
+from fl_lightning.runs.identity import run_id, value_at
 
 KEPT_FILES = ("metrics.csv", "config.yaml")
 MARKER = ".kept"  # written last: a directory without it holds no finished run

@@ -30,7 +30,7 @@ from pathlib import Path
 import yaml
 
 from fl_lightning.errors import ConfigError
-from fl_lightning.options import check_option_names
+from fl_lightning.cli.options import check_option_names
 from fl_lightning import kept_runs
 
 TOP_LEVEL = {"seed_everything"}
@@ -113,7 +113,7 @@ def check_every_point(runs: list[tuple[str, list[str]]]) -> list[dict]:
     import contextlib
     import io
 
-    from fl_lightning.lightning_cli import FederatedCLI, argument_error
+    from fl_lightning.cli.lightning_cli import FederatedCLI, argument_error
     from fl_lightning.module_options import check_module_options, resolve
 
     configs = []

@@ -1,11 +1,11 @@
 """``fl-lightning``: the command. It imports nothing heavy until a subcommand needs it, so
 ``fl-lightning --help`` and a broken ``--config`` answer at once.
 
-    fl-lightning fit|validate|test --config X [--dotted.options ...]   (a LightningCLI: fl_lightning.lightning_cli)
-                                      fit --threads N: every thread pool (fl_lightning.threads)
+    fl-lightning fit|validate|test --config X [--dotted.options ...]   (a LightningCLI: fl_lightning.cli.lightning_cli)
+                                      fit --threads N: every thread pool (fl_lightning.federation.threads)
     fl-lightning blocks --config X                                      (the model's block division)
-    fl-lightning sweep --config X --grid key=a,b ... [--jobs J] [--print]  (a grid of fit runs: fl_lightning.sweep)
-    fl-lightning report RUNS... --target ACC [--out PREFIX]             (tables and plots: fl_lightning.report)
+    fl-lightning sweep --config X --grid key=a,b ... [--jobs J] [--print]  (a grid of fit runs: fl_lightning.runs.sweep)
+    fl-lightning report RUNS... --target ACC [--out PREFIX]             (tables and plots: fl_lightning.runs.report)
 
 User mistakes surface as one line naming the field and the fix (exit code 2), checked
 before any run directory is created.
@@ -20,7 +20,7 @@ from importlib import import_module
 import yaml
 
 from fl_lightning.errors import ConfigError, FLUserError
-from fl_lightning.options import check_option_names
+from fl_lightning.cli.options import check_option_names
 
 SUBCOMMANDS = ("fit", "validate", "test", "algorithms", "blocks", "sweep", "report")
 HELP = """usage: fl-lightning {fit,validate,test,algorithms,blocks,sweep,report} [--config FILE] [--dotted.option VALUE ...]
@@ -61,7 +61,7 @@ def check_config_files(command: list[str]) -> None:
 
 
 def thread_option(command: list[str]) -> list[str]:
-    """``fit --threads N`` → the ``fl_lightning.threads.Threads`` trainer callback (recorded in config.yaml)."""
+    """``fit --threads N`` → the ``fl_lightning.federation.threads.Threads`` trainer callback (recorded in config.yaml)."""
     out, i = [], 0
     while i < len(command):
         word = command[i]
@@ -70,7 +70,7 @@ def thread_option(command: list[str]) -> list[str]:
             i += 1 if "=" in word else 2
             if not value.isdigit() or int(value) < 1:
                 raise ConfigError("--threads", f"must be an integer ≥ 1, got {value!r}")
-            out += ["--trainer.callbacks+=fl_lightning.threads.Threads", "--trainer.callbacks.threads", value]
+            out += ["--trainer.callbacks+=fl_lightning.federation.threads.Threads", "--trainer.callbacks.threads", value]
             continue
         out.append(word)
         i += 1
@@ -99,7 +99,7 @@ def main(args=None) -> int:
             check_option_names([w for w in command[1:] if not w.startswith("--trainer.callbacks")])
         from jsonargparse import ArgumentError
 
-        lightning_cli = import_module("fl_lightning.lightning_cli")
+        lightning_cli = import_module("fl_lightning.cli.lightning_cli")
     except FLUserError as err:
         print(f"fl-lightning: error: {err}", file=sys.stderr)
         return 2
@@ -128,7 +128,7 @@ def main(args=None) -> int:
 def __getattr__(name: str):
     """``from fl_lightning.cli import FederatedCLI`` keeps working, imported on first use."""
     if name == "FederatedCLI":
-        return import_module("fl_lightning.lightning_cli").FederatedCLI
+        return import_module("fl_lightning.cli.lightning_cli").FederatedCLI
     raise AttributeError(name)
 
 

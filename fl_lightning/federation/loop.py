@@ -2,17 +2,17 @@
 
     plan = configure_round(r)                 sample S of M clients (seeded by round)
     for client in this rank's share of plan:  one at a time on one reused working model, or K at a
-        y ← x^r                                 time (fl_lightning.parallel)       client_init
-        T local SGD steps                       (fl_lightning.local_training)      client_step
+        y ← x^r                                 time (fl_lightning.federation.parallel)       client_init
+        T local SGD steps                       (fl_lightning.federation.local_training)      client_step
         upload Δ = y − x^r over upload_ranges                                       client_final
         received.add(upload)                    in plan order, if it arrives and is finite
-    sums and counts all-reduced over ranks    (one process: nothing to do; fl_lightning.distributed)
+    sums and counts all-reduced over ranks    (one process: nothing to do; fl_lightning.federation.distributed)
     x^{r+1} = server_optimizer.step(g = −Δ̄)   server_update (FLCallbacks may transform Δ̄ first);
                                               skipped if no client reported
 
 Algorithms change this only through ``FLCallback`` hooks (fl_lightning.callbacks.base), each called
-with a typed context (fl_lightning.contexts); per-client vectors they keep across rounds live in the
-client-state store (fl_lightning.client_state).
+with a typed context (fl_lightning.federation.contexts); per-client vectors they keep across rounds live in the
+client-state store (fl_lightning.federation.client_state).
 """
 from __future__ import annotations
 
@@ -23,19 +23,19 @@ import numpy as np
 import torch
 from pytorch_lightning.utilities import rank_zero_warn
 
-from fl_lightning.blocks import BlockPartition
+from fl_lightning.federation.blocks import BlockPartition
 from fl_lightning.callbacks.base import FLCallback
-from fl_lightning.client_state import ClientStateStore
-from fl_lightning.comm import CommMeter, ReceivedSums
-from fl_lightning.contexts import ClientTask, RoundContext, ServerContext
+from fl_lightning.federation.client_state import ClientStateStore
+from fl_lightning.compression.accounting import CommMeter, ReceivedSums
+from fl_lightning.federation.contexts import ClientTask, RoundContext, ServerContext
 from fl_lightning.data.datamodule import ClientData
-from fl_lightning.distributed import Collective
+from fl_lightning.federation.distributed import Collective
 from fl_lightning.errors import DivergenceError
-from fl_lightning.flat import FlatModel
-from fl_lightning.foreign import LoggedValues
-from fl_lightning.local_training import LocalConfig, LocalTrainer, call_hook
-from fl_lightning.parallel import ClientPool
-from fl_lightning.seeding import Purpose, derive_seed
+from fl_lightning.federation.flat import FlatModel
+from fl_lightning.federation.user_module import LoggedValues
+from fl_lightning.federation.local_training import LocalConfig, LocalTrainer, call_hook
+from fl_lightning.federation.parallel import ClientPool
+from fl_lightning.federation.seeding import Purpose, derive_seed
 
 
 class RoundTally:

@@ -7,7 +7,7 @@ import hashlib
 import os
 import re
 
-from fl_lightning.options import ALGORITHM_ORDER
+from fl_lightning.algorithms import REGISTRY
 
 AXES = {"comm/upload_d": "floats uploaded per client (× d)", "round": "communication round",
         "time/wall_s": "training wall time (s)", "val/acc": "validation accuracy", "test/acc": "test accuracy",
@@ -18,19 +18,25 @@ PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
            "#31a354", "#756bb1", "#a55194", "#e7969c", "#6baed6", "#000000"]
 
 
+def algorithm_order() -> list[str]:
+    """The registered algorithms in registration order (fl_lightning.algorithms): each one's colour."""
+    return list(REGISTRY)
+
+
 def algorithm_in(label: str) -> str:
     """The algorithm a group label names, as a registry name where it is one: ``algorithm=FedBCGDPlus,
     lr=0.1`` and ``fedbcgd_plus,seed=0`` → fedbcgd_plus."""
     match = re.search(r"algorithm=([\w.+]+)", label)
     name = (match.group(1) if match else re.split(r"[,\s]", label.strip())[0]).rsplit(".", 1)[-1]
     squashed = name.lower().replace("_", "")
-    return next((known for known in ALGORITHM_ORDER if known.replace("_", "") == squashed), name.lower())
+    return next((known for known in algorithm_order() if known.replace("_", "") == squashed), name.lower())
 
 
 def colour_of(label: str) -> str:
     name = algorithm_in(label)
-    if name in ALGORITHM_ORDER:
-        return PALETTE[ALGORITHM_ORDER.index(name)]
+    order = algorithm_order()
+    if name in order[:len(PALETTE)]:
+        return PALETTE[order.index(name)]
     return PALETTE[int(hashlib.sha1(name.encode()).hexdigest(), 16) % len(PALETTE)]
 
 

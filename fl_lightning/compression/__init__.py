@@ -1,0 +1,11 @@
+"""Compression: codecs (what a client sends instead of its update; ``codecs.py``, ``powersgd.py``) by the
+name ``--model.compression NAME`` gives them, and the accounting of every byte that crosses the network
+(``accounting.py``). Config class paths such as ``fl_lightning.compression.QSGD`` resolve here."""
+from __future__ import annotations
+
+from fl_lightning.compression.codecs import EDEN, QSGD, Codec, EFSign, RandK, TopK
+from fl_lightning.compression.powersgd import PowerSGD
+
+CODECS = {codec.name: codec for codec in (TopK, RandK, QSGD, EFSign, EDEN, PowerSGD)}
+
+__all__ = ["CODECS", "Codec", "EDEN", "EFSign", "PowerSGD", "QSGD", "RandK", "TopK"]

@@ -1,0 +1,64 @@
+"""The package's shape (issue 29): no import cycles among its modules (imports inside functions
+included), no module over ~400 lines, and at most about ten top-level modules."""
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "fl_lightning"
+CALLBACKS = ROOT / "callbacks"  # installed as fl_lightning.callbacks
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for base, prefix in ((PACKAGE, "fl_lightning"), (CALLBACKS, "fl_lightning.callbacks")):
+        for path in base.rglob("*.py"):
+            parts = list(path.relative_to(base).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join([prefix, *parts])] = path
+    return found
+
+
+def imported(path: Path, name: str, known: dict[str, Path]) -> set[str]:
+    """The package's modules that ``path`` imports anywhere in it (a ``from X import Y`` of a submodule Y counts as Y)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    targets = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            for alias in node.names:
+                targets.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base)
+    return {t for t in targets if t in known and t != "fl_lightning"}
+
+
+def test_no_import_cycles():
+    known = modules()
+    graph = {name: imported(path, name, known) - {name} for name, path in known.items()}
+    state, stack, cycles = {}, [], []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for target in sorted(graph[node]):
+            if state.get(target) == "open":
+                cycles.append(stack[stack.index(target):] + [target])
+            elif target not in state:
+                visit(target)
+        stack.pop()
+        state[node] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name)
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_files_stay_small_and_the_top_level_is_short():
+    sizes = {path: len(path.read_text().splitlines()) for path in modules().values()}
+    assert not [f"{p.relative_to(ROOT)}: {n}" for p, n in sizes.items() if n > 420]
+    top_level = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top_level) <= 10, top_level
