@@ -23,6 +23,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_loop.py
 	$(BIN)/python benchmarks/bench_parallel.py
 	$(BIN)/python benchmarks/bench_cpu_limit.py
+	$(BIN)/python benchmarks/bench_systems.py
 
 bench-memory: $(STAMP)
 	$(BIN)/python benchmarks/bench_memory.py

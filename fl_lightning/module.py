@@ -47,6 +47,7 @@ from fl_lightning.runs.python_api import as_the_cli_does, summary
 from fl_lightning.federation.round_log import RoundLog
 from fl_lightning.runs.files import run_dirs, wandb_id
 from fl_lightning.federation.seeding import run_seed
+from fl_lightning.systems import RoundPolicy, RoundSimulator, SystemModel, resolve_policy, resolve_system
 
 
 class FederatedModule(pl.LightningModule):
@@ -89,6 +90,10 @@ class FederatedModule(pl.LightningModule):
             intra-op threads split between them; the same numbers as K = 1 at that many threads per client.
         channels_last: lay image batches out channels-last (fl_lightning.federation.memory_format); None: for conv networks
             on the CPU, where it is faster.
+        system: simulate clients' compute, network and availability on a virtual clock (fl_lightning.systems):
+            a profile name (uniform, mobile, slow_uplink), a .csv trace, or a SystemModel; None: off.
+        round_policy: with a system: wait_for_all (default), deadline, over_selection, or a RoundPolicy
+            (``--model.round_policy.deadline_s``, ``.beta``).
     """
 
     runs_federated_rounds = True  # what FLCallback.setup looks for
@@ -100,13 +105,19 @@ class FederatedModule(pl.LightningModule):
                  compression: Optional[Codec] = None, grad_clip: Optional[float] = None, client_dropout: float = 0.0,
                  max_upload_d: Optional[float] = None, target_accuracy: Optional[float] = None,
                  test_every_n_rounds: Optional[int] = None, eval_every_d: Optional[float] = None,
-                 eval_train_objective: bool = False, parallel_clients: int = 1, channels_last: Optional[bool] = None):
+                 eval_train_objective: bool = False, parallel_clients: int = 1, channels_last: Optional[bool] = None,
+                 system: Union[SystemModel, str, None] = None,
+                 round_policy: Union[RoundPolicy, str, None] = None):
         super().__init__()
         if local_optimizer not in ("sgd", "network") or (local_optimizer == "network" and not is_lightning(network)):
             raise ConfigError("model.local_optimizer", f"got {local_optimizer!r}; choose sgd, or network when the "
                               "network is a LightningModule with configure_optimizers")
         self.algorithm, self.codec = resolve(algorithm, compression)
-        self.save_hyperparameters(ignore=["network", "server_optimizer", "algorithm", "compression"])
+        self.system, self.round_policy = resolve_system(system), resolve_policy(round_policy)  # issue 32
+        if self.round_policy is not None and self.system is None:
+            raise ConfigError("model.round_policy", "needs a simulated system to time clients: give model.system")
+        self.save_hyperparameters(ignore=["network", "server_optimizer", "algorithm", "compression", "system",
+                                          "round_policy"])
         check_module_options(self.hparams)
         self.algorithm.check_with(weighted_aggregation, self.codec)
         if server_optimizer is not None and self.algorithm.changed_server_options():
@@ -114,7 +125,9 @@ class FederatedModule(pl.LightningModule):
                               f"init_args and leave model.algorithm.{self.algorithm.changed_server_options()[0]} unset")
         used = network_optimizer_settings(network) if local_optimizer == "network" else {}  # not model.lr & co.
         self.save_hyperparameters({**self.hparams, "algorithm": self.algorithm.spec(),  # what ran, as plain data
-                                   "compression": codec_spec(self.codec), **used})
+                                   "compression": codec_spec(self.codec), **used,
+                                   **({"system": self.system.spec(), "round_policy": (self.round_policy or
+                                       RoundPolicy()).spec()} if self.system is not None else {})})
         self.server_optimizer = server_optimizer
         self.automatic_optimization = False
         self.net = network
@@ -258,12 +271,22 @@ class FederatedModule(pl.LightningModule):
         self.loop = FederatedLoop(self.flat, clients, self.local_loss, local.optimizer, config, fl_callbacks,
                                   self.global_vector, server, self.client_state,
                                   self.trainer.precision_plugin.forward_context, self.blocks, self.collective,
-                                  self._train_logs)
+                                  self._train_logs, self._simulator(len(clients)))
         if self.loop.pool is not None and self.trainer.is_global_zero:
             print(f"fl-lightning: {hp.parallel_clients} clients at a time, {self.loop.pool.threads_each} intra-op "
                   f"thread(s) each, of {torch.get_num_threads()}")
         if self._restored is not None:
             self.loop.comm.load_state_dict(self._restored["comm"])
+
+    def _simulator(self, num_clients: int) -> Optional[RoundSimulator]:
+        """Issue 32: the round simulator (its clock restored on resume), or None when model.system is unset."""
+        if self.system is None:
+            return None
+        simulator = RoundSimulator(self.system.population(num_clients), self.round_policy or RoundPolicy(),
+                                   self.hparams.batch_size)
+        if (self._restored or {}).get("clock") is not None:
+            simulator.clock.load_state_dict(self._restored["clock"])
+        return simulator
 
     @property
     def collective(self) -> Collective:
@@ -307,7 +330,8 @@ class FederatedModule(pl.LightningModule):
             return self.rounds.row
         row = {**self._train_logs.pop_means(self.collective), "round": float(self.current_epoch + 1), "lr": self._lr,
                **self.loop.comm.metrics(), **self._val_metrics,
-               "time/round_s": self._round_seconds, "time/wall_s": self._wall_seconds}  # the rounds' wall time
+               "time/round_s": self._round_seconds, "time/wall_s": self._wall_seconds,  # the rounds' wall time
+               **(self.loop.systems.metrics() if self.loop.systems is not None else {})}  # issue 32: time/sim_s
         if self._train_loss is not None:
             row["train/loss"] = self._train_loss
         rounds, every, max_rounds = self.current_epoch + 1, self.hparams.test_every_n_rounds, self.trainer.max_epochs
@@ -382,6 +406,8 @@ class FederatedModule(pl.LightningModule):
         checkpoint["federated"] = {"comm": self.loop.comm.state_dict() if self.loop else None, **self.rounds.state_dict(),
                                    "seed": run_seed(), "eval_mark": self._eval_mark, "run_id": self.run_id,
                                    "wall_s": self._wall_seconds, "wandb_id": wandb_id(self.trainer),
+                                   **({"clock": self.loop.systems.clock.state_dict()} if self.loop and self.loop.systems
+                                      else {}),
                                    "client_state": self.client_state.state_dict() if self.client_state else None}
 
     def on_load_checkpoint(self, checkpoint):

@@ -30,7 +30,7 @@ from fl_lightning.compression.accounting import CommMeter, ReceivedSums
 from fl_lightning.federation.contexts import ClientTask, RoundContext, ServerContext
 from fl_lightning.data.datamodule import ClientData
 from fl_lightning.federation.distributed import Collective
-from fl_lightning.errors import DivergenceError
+from fl_lightning.errors import ConfigError, DivergenceError
 from fl_lightning.federation.flat import FlatModel
 from fl_lightning.federation.user_module import LoggedValues
 from fl_lightning.federation.local_training import LocalConfig, LocalTrainer, call_hook
@@ -99,8 +99,11 @@ class FederatedLoop:
                  config: LocalConfig, callbacks: Sequence[FLCallback], global_vector: torch.Tensor, server_optimizer,
                  client_state: ClientStateStore, forward_context: Callable[[], ContextManager] = nullcontext,
                  blocks: Optional[BlockPartition] = None, collective: Optional[Collective] = None,
-                 train_logs: Optional[LoggedValues] = None):
+                 train_logs: Optional[LoggedValues] = None, systems=None):
         self.flat = flat
+        self.systems = systems  # issue 32: a fl_lightning.systems.RoundSimulator, or None (no simulation)
+        if systems is not None and self.collective_size(collective) > 1:
+            raise ConfigError("model.system", "simulates one process's rounds; run it without DDP (one device)")
         self.blocks = blocks
         self.clients = clients
         self.config = config
@@ -127,6 +130,8 @@ class FederatedLoop:
     # -- configure clients (server) -----------------------------------------------------
     def sample_clients(self, round_idx: int) -> list[int]:
         rng = np.random.default_rng(derive_seed(round_idx, Purpose.SAMPLING))
+        if self.systems is not None:  # issue 32: only clients online at the round's start (policy's count)
+            return self.systems.sample(rng, self.config.clients_per_round)
         return sorted(rng.choice(len(self.clients), self.config.clients_per_round, replace=False).tolist())
 
     def configure_round(self, round_idx: int) -> RoundContext:
@@ -155,7 +160,10 @@ class FederatedLoop:
         received = ReceivedSums(plan.channels, self.global_vector.device)
         tally = RoundTally(len(plan.clients), self.global_vector.device)
         positions = self.collective.share([c.num_samples * c.local_epochs for c in plan.clients])
-        for position, (client, loss_sum, logs) in self.trained_clients(positions, plan):
+        trained = self.trained_clients(positions, plan)
+        if self.systems is not None:  # issue 32: clients timed; those the round policy drops become lost
+            trained = self.systems.admit(trained, plan, self.config.clients_per_round)
+        for position, (client, loss_sum, logs) in trained:
             task = plan.clients[position]
             if self.train_logs is not None:
                 logs.replay(self.train_logs)
@@ -183,6 +191,10 @@ class FederatedLoop:
         self.flat.load(self.global_vector)
         self._call("on_round_end", plan)
         return tally.mean_loss() if reported else None
+
+    @staticmethod
+    def collective_size(collective: Optional[Collective]) -> int:
+        return 1 if collective is None else collective.world_size
 
     @staticmethod
     def _report_drops(round_idx: int, sampled: int, lost: int, non_finite: int) -> None:

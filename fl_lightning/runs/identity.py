@@ -7,7 +7,8 @@ training or aggregation (an ``FLCallback``, or any callback with ``changes_numbe
 its init args. Not by the options that may change when it resumes (the budget, evaluation
 schedule, logging, parallel clients, threads) nor by paths: the data's identity is its content,
 checked at resume by the datamodule's fingerprint. Classes of fl-lightning enter by their class
-name, not their module path, so code can move without changing any id. The id is a digest of
+name, not their module path, so code can move without changing any id; settings that are None are
+left out, so a new option whose default is None (off) changes no id either. The id is a digest of
 those settings; it is written at the top of the run's config.yaml and into every checkpoint, so
 that ``--ckpt_path last`` resumes only the same run and ``report`` joins the version_N pieces of
 one run and nothing else. The directory a run logs to is ``<save_dir>/<name>/<label>/version_N``:
@@ -47,9 +48,11 @@ def _class_name(path: str) -> str:
 
 
 def _canonical(value):
-    """``{class_path: fl_lightning.algorithms.fedbcgd.FedBCGD, ...}`` → ``{class_path: FedBCGD, ...}``, recursively."""
+    """``{class_path: fl_lightning.algorithms.fedbcgd.FedBCGD, ...}`` → ``{class_path: FedBCGD, ...}``, and
+    settings that are None (off, or their default) left out, recursively: an option added later whose default
+    is None changes no run's id."""
     if isinstance(value, dict):
-        out = {key: _canonical(item) for key, item in value.items()}
+        out = {key: _canonical(item) for key, item in value.items() if item is not None}
         if isinstance(out.get("class_path"), str):
             out["class_path"] = _class_name(out["class_path"])
         return out

@@ -114,16 +114,17 @@ def read_settings(versions: list[Path]) -> Optional[dict]:
     return flat
 
 
-def floats_to_target(evaluated: list[dict], target: float, window: int) -> tuple[float, float]:
-    """(first touch, sustained) comm/upload_d to ``target``; inf when never."""
+def floats_to_target(evaluated: list[dict], target: float, window: int, x_key: str = "comm/upload_d"
+                     ) -> tuple[float, float]:
+    """(first touch, sustained) ``x_key`` (comm/upload_d; time/sim_s: time to target) to ``target``; inf when never."""
     accuracy = [r["val/acc"] for r in evaluated]
-    first = next((r["comm/upload_d"] for r in evaluated if r["val/acc"] >= target), math.inf)
+    first = next((r[x_key] for r in evaluated if r["val/acc"] >= target), math.inf)
     means = [statistics.fmean(accuracy[max(0, i - window + 1):i + 1]) for i in range(len(accuracy))]
     sustained = math.inf
     for i in range(len(means) - 1, -1, -1):
         if means[i] < target:
             break
-        sustained = evaluated[i]["comm/upload_d"]
+        sustained = evaluated[i][x_key]
     return first, sustained
 
 
@@ -141,6 +142,9 @@ def summarise(curve: list[dict], target: float, window: int, budgets: list[float
         summary[f"acc_at_{budget:g}d"] = within[-1]["val/acc"] if within and reached else math.nan
         if "train/objective" in evaluated[-1]:
             summary[f"objective_at_{budget:g}d"] = within[-1]["train/objective"] if within and reached else math.nan
+    if "time/sim_s" in evaluated[-1]:  # issue 32: simulated seconds to the target, first and sustained
+        summary["sim_s_to_target_first"], summary["sim_s_to_target_sustained"] = floats_to_target(
+            evaluated, target, window, "time/sim_s")
     if "train/objective" in evaluated[-1]:
         summary["final_train_objective"] = evaluated[-1]["train/objective"]
     return summary
@@ -215,6 +219,8 @@ def table(groups: dict[str, list[dict]], target: float, window: int, budgets: li
                 *(f"acc_at_{b:g}d" for b in budgets)]
         if "final_train_objective" in summaries[0]:
             keys += [f"objective_at_{b:g}d" for b in budgets] + ["final_train_objective"]
+        if all("sim_s_to_target_first" in s for s in summaries):  # issue 32: time to target, mean ± std
+            keys += ["sim_s_to_target_first", "sim_s_to_target_sustained"]
         for key in keys:
             row[key], row[f"{key}_std"] = mean_std([s[key] for s in summaries])
         reached = sum(math.isfinite(s["d_to_target_sustained"]) for s in summaries)

@@ -1,0 +1,91 @@
+"""The virtual clock (issue 32, item 2) and the round simulator the loop calls at its two hook points.
+
+A round starts at the clock's time t. Only clients available at t can be sampled (if none is, the
+clock first moves to the earliest time one comes online). Each sampled client's simulated time is
+
+    download bytes / downlink + steps × batch size / speed + upload bytes / uplink + latency
+
+with the exact bytes the loop counted (codecs and block uploads included). The round policy
+(fl_lightning.systems.policies) picks the aggregated clients and the round's duration; the clock
+advances by it. Logged per round: ``time/sim_s`` (cumulative), ``time/sim_round_s``,
+``sys/stragglers`` (sampled clients that finished but were not aggregated), ``sys/idle_s`` (mean
+over aggregated clients of the time they waited for the round to end), ``sys/available`` (clients
+online at the round's start).
+"""
+from __future__ import annotations
+
+import time
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from fl_lightning.systems.policies import RoundPolicy
+from fl_lightning.systems.profiles import Population
+
+
+class VirtualClock:
+    """Cumulative simulated seconds; saved in checkpoints (the population is re-drawn from the seed)."""
+
+    def __init__(self):
+        self.now_s = 0.0
+
+    def state_dict(self) -> dict:
+        return {"now_s": self.now_s}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.now_s = float(state["now_s"])
+
+
+class RoundSimulator:
+    def __init__(self, population: Population, policy: RoundPolicy, batch_size: int):
+        self.population, self.policy, self.batch_size = population, policy, batch_size
+        self.clock = VirtualClock()
+        self.last: dict[str, float] = {}
+        self.client_times = np.zeros(0)  # the last round's, per plan position (for a timeline plot)
+        self.seconds = 0.0  # wall time spent in the simulation itself (benchmarks/bench_systems.py)
+
+    def sample(self, rng: np.random.Generator, per_round: int) -> list[int]:
+        """Hook 1: the round's clients, among those available at its start."""
+        started = time.perf_counter()
+        available = self.population.available(self.clock.now_s)
+        if not available.any():
+            self.clock.now_s = self.population.next_online(self.clock.now_s)
+            available = self.population.available(self.clock.now_s)
+        ids = np.flatnonzero(available)
+        self._available = len(ids)
+        count = min(self.policy.num_sampled(per_round), len(ids))
+        chosen = sorted(rng.choice(ids, count, replace=False).tolist())
+        self.seconds += time.perf_counter() - started
+        return chosen
+
+    def admit(self, trained: Iterable[tuple[int, tuple]], plan, per_round: int) -> Iterator[tuple[int, tuple]]:
+        """Hook 2: holds the round's trained clients, times them, marks the ones the policy does not
+        aggregate as lost (stragglers), advances the clock, then yields them in plan order."""
+        held = []
+        for position, result in trained:
+            started = time.perf_counter()
+            result[0].keep_final_model()  # on_client_reported still reads this client's y later
+            held.append((position, result))
+            self.seconds += time.perf_counter() - started
+        started = time.perf_counter()
+        clients = [result[0] for _, result in held]
+        tasks = [plan.clients[position] for position, _ in held]
+        times = self.population.client_times([t.client_id for t in tasks], [c.download.nbytes for c in clients],
+                                             [c.upload.nbytes for c in clients],
+                                             [c.steps * self.batch_size for c in clients])
+        arrived = np.array([not t.lost for t in tasks], dtype=bool)
+        accepted, duration = self.policy.select(times, arrived, per_round)
+        for task, ok, came in zip(tasks, accepted, arrived):
+            task.lost = task.lost or not ok
+        idle = duration - times[accepted]
+        self.client_times = times
+        self.clock.now_s += duration
+        self.last = {"time/sim_s": self.clock.now_s, "time/sim_round_s": duration,
+                     "sys/stragglers": float((arrived & ~accepted).sum()),
+                     "sys/idle_s": float(idle.mean()) if len(idle) else 0.0,
+                     "sys/available": float(getattr(self, "_available", len(self.population)))}
+        self.seconds += time.perf_counter() - started
+        yield from held
+
+    def metrics(self) -> dict[str, float]:
+        return dict(self.last) if self.last else {"time/sim_s": self.clock.now_s}

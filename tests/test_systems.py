@@ -1,0 +1,162 @@
+"""Issue 32: simulated system heterogeneity — client times from the exact bytes, round policies,
+availability, the virtual clock in every row, determinism and exact resume. Real Trainer, no mocks."""
+import csv
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.loggers import CSVLogger
+
+from fl_lightning import FederatedDataModule
+from fl_lightning.errors import ConfigError
+from fl_lightning.systems import Population, RoundPolicy, RoundSimulator, SystemModel
+from fl_lightning.systems.profiles import MBIT
+from tests.conftest import fl_module, make_trainer
+from tests.test_resume import SmallConvNet, digit_images
+
+BATCH = 16
+
+
+def write_trace(path, speeds, up=10.0, down=10.0, extra=""):
+    with open(path, "w") as f:
+        f.write("speed,up_mbps,down_mbps,latency_s" + extra + "\n")
+        for s in speeds:
+            f.write(f"{s},{up},{down},0.5\n")
+    return str(path)
+
+
+def run(rounds, name, system=None, round_policy=None, ckpt_path=None, callbacks=(), clients_per_round=4, **hp):
+    torch.manual_seed(0)
+    module = fl_module(SmallConvNet(), clients_per_round=clients_per_round, batch_size=BATCH, lr=0.05,
+                       system=system, round_policy=round_policy, **hp)
+    train, test = digit_images()
+    data = FederatedDataModule.from_datasets(train, test, num_clients=8, dirichlet_rho=0.5, val_fraction=0.0)
+    logger = CSVLogger("runs", name=name)
+    trainer = make_trainer(rounds, logger=logger, callbacks=list(callbacks), enable_checkpointing=bool(callbacks))
+    trainer.fit(module, data, ckpt_path=ckpt_path)
+    with open(f"{logger.log_dir}/metrics.csv") as f:
+        return module, data, list(csv.DictReader(f))
+
+
+def expected_times(module, data, speeds, ids):
+    """Hand-computed: download = upload = the whole model in fp32 (FedAvg), steps × B samples."""
+    nbytes = module.flat.numel * 4
+    bandwidth = 10.0 * 1e6 / 8
+    out = []
+    for cid in ids:
+        steps = math.ceil(data.clients.num_samples(cid) / BATCH)
+        out.append(nbytes / bandwidth + steps * BATCH / speeds[cid] + nbytes / bandwidth + 0.5)
+    return np.array(out)
+
+
+def test_client_time_is_bytes_over_bandwidth_plus_compute_plus_latency():
+    pop = Population(np.array([100.0, 50.0]), np.array([1e6, 2e6]), np.array([4e6, 8e6]), np.array([0.1, 0.2]),
+                     np.full(2, np.inf), np.zeros(2), np.zeros(2))
+    times = pop.client_times([1, 0], download_bytes=[8e6, 4e6], upload_bytes=[2e6, 3e6], samples=[500, 200])
+    assert times.tolist() == pytest.approx([8e6 / 8e6 + 500 / 50 + 2e6 / 2e6 + 0.2, 4e6 / 4e6 + 200 / 100 + 3 + 0.1])
+
+
+def test_over_selection_aggregates_the_first_m_to_finish():
+    policy = RoundPolicy("over_selection", beta=0.3)
+    assert policy.num_sampled(10) == 13 and policy.num_sampled(3) == 4
+    accepted, duration = policy.select(np.array([5.0, 1.0, 3.0, 2.0, 4.0]), np.ones(5, bool), 3)
+    assert accepted.tolist() == [False, True, True, True, False] and duration == 3.0
+    # a client whose upload never arrives (client_dropout) is not among the first M
+    accepted, duration = policy.select(np.array([5.0, 1.0, 3.0, 2.0, 4.0]), np.array([1, 0, 1, 1, 1], bool), 3)
+    assert accepted.tolist() == [False, False, True, True, True] and duration == 4.0
+
+
+def test_deadline_policy_drops_exactly_the_late_clients():
+    policy = RoundPolicy("deadline", deadline_s=3.0)
+    accepted, duration = policy.select(np.array([1.0, 3.0, 3.5, 9.0]), np.ones(4, bool), 4)
+    assert accepted.tolist() == [True, True, False, False] and duration == 3.0
+    accepted, duration = policy.select(np.array([1.0, 2.0]), np.ones(2, bool), 2)
+    assert accepted.all() and duration == 2.0  # nobody late: the round ends with the last client
+
+
+def test_only_available_clients_are_sampled():
+    on, off, phase = np.array([10.0, 10.0, 10.0, np.inf]), np.array([10.0, 10.0, 10.0, 0.0]), np.array([0.0, 15, 5, 0])
+    pop = Population(np.ones(4), np.ones(4), np.ones(4), np.zeros(4), on, off, phase)
+    assert pop.available(0.0).tolist() == [True, False, True, True]
+    assert pop.available(6.0).tolist() == [True, True, False, True]
+    sim = RoundSimulator(pop, RoundPolicy(), BATCH)
+    for seed in range(20):
+        assert set(sim.sample(np.random.default_rng(seed), 3)) == {0, 2, 3}
+    nobody = Population(np.ones(2), np.ones(2), np.ones(2), np.zeros(2), np.full(2, 10.0), np.full(2, 10.0),
+                        np.array([12.0, 17.0]))
+    sim = RoundSimulator(nobody, RoundPolicy(), BATCH)
+    assert sim.sample(np.random.default_rng(0), 2) == [1] and sim.clock.now_s == 3.0  # waits for the first
+
+
+def test_logged_sim_time_is_the_hand_computed_slowest_client(tmp_path):
+    speeds = [400.0, 300.0, 200.0, 100.0, 400.0, 300.0, 200.0, 100.0]
+    module, data, rows = run(2, "wait", system=write_trace(tmp_path / "t.csv", speeds), clients_per_round=8)
+    times = expected_times(module, data, speeds, range(8))
+    assert float(rows[0]["time/sim_round_s"]) == pytest.approx(times.max())
+    assert float(rows[1]["time/sim_s"]) == pytest.approx(2 * times.max())
+    assert float(rows[0]["sys/idle_s"]) == pytest.approx((times.max() - times).mean())
+    assert all(r["time/sim_s"] != "" for r in rows) and float(rows[0]["sys/stragglers"]) == 0
+
+
+def test_deadline_run_drops_the_clients_whose_time_exceeds_it(tmp_path):
+    speeds = [1000.0, 1000.0, 1000.0, 1000.0, 5.0, 5.0, 5.0, 5.0]
+    trace = write_trace(tmp_path / "t.csv", speeds)
+    module, data, rows = run(1, "probe", system=trace, clients_per_round=8)
+    times = expected_times(module, data, speeds, range(8))
+    deadline = float((times[:4].max() + times[4:].min()) / 2)
+    _, _, rows = run(1, "deadline", system=trace, clients_per_round=8,
+                     round_policy=RoundPolicy("deadline", deadline_s=deadline))
+    late = int((times > deadline).sum())
+    assert late == 4 and float(rows[0]["sys/stragglers"]) == late
+    assert float(rows[0]["comm/clients_reported"]) == 8 - late
+    assert float(rows[0]["time/sim_round_s"]) == pytest.approx(deadline)
+
+
+def test_same_seed_same_simulation_and_resume_is_exact(tmp_path):
+    every = ModelCheckpoint(dirpath="ckpts", filename="{epoch}", save_top_k=-1, every_n_epochs=1)
+    policy = RoundPolicy("over_selection", beta=0.5, deadline_s=60.0)
+    full_module, _, full = run(4, "full", system="mobile", round_policy=policy, callbacks=[every])
+    _, _, again = run(4, "again", system="mobile", round_policy=policy)
+    wall = lambda rows: [{k: v for k, v in r.items() if k not in ("time/round_s", "time/wall_s")} for r in rows]
+    assert wall(again) == wall(full)
+    assert float(full[-1]["time/sim_s"]) > 0
+    torch.manual_seed(1234)
+    resumed_module, _, resumed = run(4, "resumed", system="mobile", round_policy=policy, ckpt_path="ckpts/epoch=1.ckpt")
+    assert [r["round"] for r in resumed] == ["3.0", "4.0"]
+    assert wall(resumed) == wall(full)[2:]  # time/sim_s, stragglers, idle time included
+    assert torch.equal(resumed_module.flat.vector, full_module.flat.vector)
+
+
+def test_bad_trace_is_one_line_naming_the_column(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("speed,down_mbps\n1,2\n")
+    with pytest.raises(ConfigError, match=r"^model.system.trace: .*no column 'up_mbps'"):
+        SystemModel(trace=str(path))
+    path.write_text("speed,up_mbps,down_mbps\n1,fast,2\n")
+    with pytest.raises(ConfigError, match=r"line 2: column 'up_mbps' is 'fast', not a number"):
+        SystemModel(trace=str(path))
+    with pytest.raises(ConfigError, match="unknown profile 'moblie'"):
+        SystemModel(profile="moblie")
+    with pytest.raises(ConfigError, match="model.round_policy.deadline_s"):
+        RoundPolicy("deadline")
+
+
+def test_cli_bad_trace_exits_2_with_one_line(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("speed,down_mbps\n1,2\n")
+    proc = subprocess.run([sys.executable, "-m", "fl_lightning.cli", "fit", "--config", "configs/quickstart.yaml",
+                           "--model.system", "SystemModel", "--model.system.trace", str(path)], capture_output=True, text=True,
+                          cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+    assert proc.returncode == 2
+    assert "model.system.trace" in proc.stderr and "'up_mbps'" in proc.stderr
+
+
+def test_population_of_10000_clients_is_a_few_arrays():
+    pop = SystemModel("mobile").population(10_000)
+    assert pop.nbytes == 7 * 8 * 10_000
+    assert 0.2 < pop.available(0.0).mean() < 0.5  # on 600 s / off 1200 s: about a third online
+    assert pop.up_Bps.min() > 0 and np.median(pop.up_Bps) == pytest.approx(2 * MBIT, rel=0.1)
