@@ -32,20 +32,17 @@ from fl_lightning.federation.client_state import ClientStateStore, open_store
 from fl_lightning.compression.codecs import Codec
 from fl_lightning.federation.distributed import Collective
 from fl_lightning.errors import ConfigError, DivergenceError, check_unchanged
-from fl_lightning.federation.evaluation import batch_sums, summed_over_ranks, test_metrics, train_objective
+from fl_lightning.federation.evaluation import GlobalEvaluation, test_metrics, train_objective
 from fl_lightning.federation.flat import FlatModel
 from fl_lightning.federation.user_module import (LoggedValues, is_lightning, logging_into, network_optimizer,
                                   network_optimizer_settings, overrides)
 from fl_lightning.federation.loop import FederatedLoop, LocalConfig
 from fl_lightning.federation.memory_format import set_input_layout
-from fl_lightning.module_options import check_module_options, check_trainer, codec_spec, resolve
-from fl_lightning.models.sizing import check_network_fits
-from fl_lightning.models.timm_models import timm_input_config
-from fl_lightning.federation.parallel import check_parallel_clients
-from fl_lightning.runs.plot import save_curve
+from fl_lightning.module_options import check_compatible, check_module_options, check_trainer, codec_spec, resolve
 from fl_lightning.runs.python_api import as_the_cli_does, summary
 from fl_lightning.federation.round_log import RoundLog
-from fl_lightning.runs.files import run_dirs, wandb_id
+from fl_lightning.runs.files import wandb_id, write_start_files
+from fl_lightning.runs.plot import write_curve
 from fl_lightning.federation.seeding import run_seed
 from fl_lightning.systems import RoundPolicy, RoundSimulator, SystemModel, resolve_policy, resolve_system
 
@@ -140,12 +137,10 @@ class FederatedModule(pl.LightningModule):
         self.run_id: Optional[str] = None  # set by the CLI (fl_lightning.runs.identity); in every checkpoint
         self.prints_summary = True  # the one-line summary at the end of a Python-API fit (the CLI prints its own)
         self._restored: Optional[dict] = None
-        self._val_sums: list[torch.Tensor] = []
-        self._val_metrics: dict[str, float] = {}
+        self.evaluation = GlobalEvaluation(eval_every_d)  # val/*, test/* and eval_every_d's schedule
         self._validated = False  # this round's validation has ended
-        self._eval_mark, self._skip_eval = 0, False  # eval_every_d: multiples of it evaluated so far
         self._round_seconds, self._wall_seconds = 0.0, 0.0  # this round's and all rounds' training wall time
-        self._train_logs, self._eval_logs = LoggedValues(), LoggedValues()  # the network's own self.log calls
+        self._train_logs = LoggedValues()  # the network's own self.log calls in training_step
 
     # -- wiring ---------------------------------------------------------------------------
     def _apply(self, fn, *args, **kwargs):
@@ -209,20 +204,8 @@ class FederatedModule(pl.LightningModule):
         return F.cross_entropy(net(x), y)
 
     def check_compatible(self, datamodule) -> None:
-        """Fail fast on settings that only clash once model and data meet."""
-        datamodule.setup("fit")
-        expected = timm_input_config(self.net)
-        if expected is not None:
-            datamodule.use_input_config(**expected)
-        s, m = self.hparams.clients_per_round, datamodule.num_clients
-        if s > m:
-            raise ConfigError("model.clients_per_round", f"S={s} exceeds data.num_clients M={m}; choose S ≤ M")
-        if self.blocks is not None and s < self.blocks.num_blocks:
-            raise ConfigError("model.clients_per_round", f"S={s} < N={self.blocks.num_blocks} blocks: every block "
-                              "needs a client each round; raise S or lower model.algorithm.num_blocks")
-        check_network_fits(self.net, datamodule, self.flat.device)
-        if self.hparams.parallel_clients > 1:
-            check_parallel_clients(self.flat, self.local_loss, datamodule.clients, self.hparams.batch_size)
+        """Fail fast on settings that only clash once model and data meet (fl_lightning.module_options)."""
+        check_compatible(self, datamodule)
 
     # -- training: one epoch = one round ------------------------------------------------------
     def on_fit_start(self):
@@ -231,18 +214,7 @@ class FederatedModule(pl.LightningModule):
         check_trainer(self.hparams, self.trainer)
         if not self.trainer.is_global_zero:
             return
-        network_hparams = dict(self.net.hparams) if is_lightning(self.net) else {}
-        for logger in self.trainer.loggers:
-            if network_hparams:
-                logger.log_hyperparams({f"network/{key}": value for key, value in network_hparams.items()})
-            if isinstance(logger, pl.loggers.WandbLogger):
-                experiment = logger.experiment
-                experiment.define_metric("comm/upload_d")
-                for key in ("round", "lr", "train/*", "val/*", "test/*", "time/*", "comm/upload_bytes", "comm/download_bytes",
-                            "comm/upload_d_at_target", "comm/clients_*"):
-                    experiment.define_metric(key, step_metric="comm/upload_d")
-        for run_dir in run_dirs(self.trainer):
-            datamodule.save_partition(os.path.join(run_dir, "partition.csv"))
+        write_start_files(self.trainer, datamodule, dict(self.net.hparams) if is_lightning(self.net) else {})
 
     def on_train_end(self):
         """Every fit leaves accuracy_vs_upload_d.png in its run directory (and, from Python, its summary line)."""
@@ -252,11 +224,8 @@ class FederatedModule(pl.LightningModule):
         if line is not None:
             print(line)
         datamodule = self.trainer.datamodule
-        title = f"{self.algorithm.name}, {datamodule.dataset}, {self.current_epoch} rounds"
-        val_is_test = datamodule.split.val_x is None
-        for run_dir in run_dirs(self.trainer):
-            save_curve(os.path.join(run_dir, "accuracy_vs_upload_d.png"), self.rounds.curve["val"],
-                       self.rounds.curve["test"], title, val_is_test)
+        write_curve(self.trainer, self.rounds.curve, f"{self.algorithm.name}, {datamodule.dataset}, "
+                    f"{self.current_epoch} rounds", val_is_test=datamodule.split.val_x is None)
 
     def on_train_start(self):
         fl_callbacks = [cb for cb in self.trainer.callbacks if isinstance(cb, FLCallback)]
@@ -301,7 +270,7 @@ class FederatedModule(pl.LightningModule):
 
     def training_step(self, batch, batch_idx):
         round_idx, started = self.current_epoch, time.perf_counter()
-        self._val_metrics, self._validated = {}, False
+        self.evaluation.metrics, self._validated = {}, False
         self.rounds.start_round()
         self.net.train()
         lr = self.loop.optimizer.param_groups[0]["lr"]  # the round's lr: the local lr schedule's
@@ -329,7 +298,7 @@ class FederatedModule(pl.LightningModule):
         if self.rounds.row is not None:
             return self.rounds.row
         row = {**self._train_logs.pop_means(self.collective), "round": float(self.current_epoch + 1), "lr": self._lr,
-               **self.loop.comm.metrics(), **self._val_metrics,
+               **self.loop.comm.metrics(), **self.evaluation.metrics,
                "time/round_s": self._round_seconds, "time/wall_s": self._wall_seconds,  # the rounds' wall time
                **(self.loop.systems.metrics() if self.loop.systems is not None else {})}  # issue 32: time/sim_s
         if self._train_loss is not None:
@@ -342,45 +311,24 @@ class FederatedModule(pl.LightningModule):
 
     # -- evaluation of the global model ------------------------------------------------------
     def on_validation_epoch_start(self):
-        self._skip_eval = not self._evaluation_due()
-
-    def _evaluation_due(self) -> bool:
-        """eval_every_d: due when comm/upload_d crossed a new multiple of it, or after the last round."""
-        every = self.hparams.eval_every_d
-        if every is None or self.loop is None or self.trainer.state.fn != "fit" or self.trainer.sanity_checking:
-            return True
-        upload_d, max_rounds = self.loop.comm.upload_d, self.trainer.max_epochs
-        mark = math.floor(upload_d / every + 1e-9)
-        last = self.trainer.should_stop or (max_rounds is not None and 0 <= max_rounds <= self.current_epoch + 1)
-        if mark > self._eval_mark or last or upload_d == 0:
-            self._eval_mark = mark
-            return True
-        return False
+        self.evaluation.start(self.trainer, self.loop.comm.upload_d if self.loop is not None else None)
 
     def _eval_step(self, batch, batch_idx: int, own_hook: str):
-        if self._skip_eval:
+        if self.evaluation.skip:
             return
         x, y = batch
-        x = self.trainer.datamodule.eval_transform(x)
-        if overrides(self.net, own_hook):  # the network's own validation_step / test_step
-            with logging_into(self.net, self._eval_logs):
-                getattr(self.net, own_hook)((x, y), batch_idx)
-        self._val_sums.append(batch_sums(self.net, x, y))
+        self.evaluation.step(self.net, self.trainer.datamodule.eval_transform(x), y, batch_idx, own_hook)
 
     def _eval_epoch_end(self, prefix: str):
-        if self._skip_eval:
-            self._skip_eval = False
+        metrics = self.evaluation.end(prefix, self.device, self.collective)
+        if metrics is None:
             return
-        loss, correct, count = summed_over_ranks(self._val_sums, self.device, self.collective).tolist()
-        self._val_sums = []
-        metrics = {**self._eval_logs.pop_means(self.collective), f"{prefix}/acc": correct / count,
-                   f"{prefix}/loss": loss / count}
         fitting = self.trainer.state.fn == "fit"
         if fitting and self.hparams.eval_train_objective and self.loop is not None:
             metrics["train/objective"] = train_objective(self.net, self.loop.clients, self.trainer.datamodule,
                                                          self.flat.params, self.hparams.weight_decay)
         if fitting and not self.trainer.sanity_checking:
-            self._val_metrics = metrics
+            self.evaluation.metrics = metrics
         self.log_dict(metrics, prog_bar=True, logger=not fitting)
 
     def validation_step(self, batch, batch_idx):
@@ -404,7 +352,7 @@ class FederatedModule(pl.LightningModule):
         if self.trainer.state.fn == "fit" and self._validated:  # saved after the round's validation:
             self._write_round_row()  # its row reaches the loggers first, its curve point this checkpoint
         checkpoint["federated"] = {"comm": self.loop.comm.state_dict() if self.loop else None, **self.rounds.state_dict(),
-                                   "seed": run_seed(), "eval_mark": self._eval_mark, "run_id": self.run_id,
+                                   "seed": run_seed(), "eval_mark": self.evaluation.mark, "run_id": self.run_id,
                                    "wall_s": self._wall_seconds, "wandb_id": wandb_id(self.trainer),
                                    **({"clock": self.loop.systems.clock.state_dict()} if self.loop and self.loop.systems
                                       else {}),
@@ -417,7 +365,7 @@ class FederatedModule(pl.LightningModule):
         check_unchanged("seed_everything", run_seed(), (state or {}).get("seed"))
         if state is not None and state["comm"] is not None:
             self._restored = state
-            self._eval_mark = state.get("eval_mark", 0)
+            self.evaluation.mark = state.get("eval_mark", 0)
             self._wall_seconds = state.get("wall_s", 0.0)
             self.rounds.load_state_dict(state)
 

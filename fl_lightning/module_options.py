@@ -9,6 +9,9 @@ from fl_lightning.algorithms.names import import_class
 from fl_lightning.compression import CODECS
 from fl_lightning.compression.codecs import Codec
 from fl_lightning.errors import ConfigError, check_accuracy
+from fl_lightning.federation.parallel import check_parallel_clients
+from fl_lightning.models.sizing import check_network_fits
+from fl_lightning.models.timm_models import timm_input_config
 
 
 def resolve(algorithm: Union[Algorithm, str, None], compression: Union[Codec, str, None]
@@ -79,3 +82,21 @@ def check_module_options(hp) -> None:
 
 
 
+
+
+def check_compatible(module, datamodule) -> None:
+    """Settings that only clash once model and data meet: S ≤ M, a client per block, the network's input
+    size, a network parallel clients can share (a pretrained timm model's input config is applied first)."""
+    datamodule.setup("fit")
+    expected = timm_input_config(module.net)
+    if expected is not None:
+        datamodule.use_input_config(**expected)
+    s, m = module.hparams.clients_per_round, datamodule.num_clients
+    if s > m:
+        raise ConfigError("model.clients_per_round", f"S={s} exceeds data.num_clients M={m}; choose S ≤ M")
+    if module.blocks is not None and s < module.blocks.num_blocks:
+        raise ConfigError("model.clients_per_round", f"S={s} < N={module.blocks.num_blocks} blocks: every block "
+                          "needs a client each round; raise S or lower model.algorithm.num_blocks")
+    check_network_fits(module.net, datamodule, module.flat.device)
+    if module.hparams.parallel_clients > 1:
+        check_parallel_clients(module.flat, module.local_loss, datamodule.clients, module.hparams.batch_size)

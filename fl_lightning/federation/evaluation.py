@@ -1,5 +1,9 @@
-"""Evaluation of the global model: accuracy and loss on a data set, the global training objective."""
+"""Evaluation of the global model: accuracy and loss on a data set, the network's own logged metrics, the
+global training objective, and ``model.eval_every_d``'s schedule (``GlobalEvaluation``)."""
 from __future__ import annotations
+
+import math
+from typing import Optional
 
 import pytorch_lightning as pl
 import torch
@@ -7,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fl_lightning.federation.distributed import Collective
+from fl_lightning.federation.user_module import LoggedValues, logging_into, overrides
 
 
 def batch_sums(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -48,3 +53,48 @@ def train_objective(net: nn.Module, clients, datamodule, params: torch.Tensor, w
         total += F.cross_entropy(logits.float(), clients.y[start:stop], reduction="sum")
     penalty = 0.5 * weight_decay * params.pow(2).sum()  # params: the flat vector of net's parameters
     return float(total / len(clients.y) + penalty)
+
+
+class GlobalEvaluation:
+    """val/* (test/* for ``validate``/``test``) of the global model: [Σ loss, # correct, # samples] summed over
+    batches and ranks, plus what the network's own ``validation_step``/``test_step`` log; with ``eval_every_d``
+    only when comm/upload_d crosses a new multiple of it, or after the last round."""
+
+    def __init__(self, eval_every_d: Optional[float]):
+        self.every = eval_every_d
+        self.mark = 0  # multiples of eval_every_d evaluated so far (in checkpoints)
+        self.skip = False  # this evaluation is not due
+        self.metrics: dict[str, float] = {}  # this round's val/* (its log row)
+        self._sums: list[torch.Tensor] = []
+        self._logs = LoggedValues()  # the network's own self.log calls
+
+    def start(self, trainer: pl.Trainer, upload_d: Optional[float]) -> None:
+        self.skip = not self._due(trainer, upload_d)
+
+    def _due(self, trainer: pl.Trainer, upload_d: Optional[float]) -> bool:
+        if self.every is None or upload_d is None or trainer.state.fn != "fit" or trainer.sanity_checking:
+            return True
+        max_rounds = trainer.max_epochs
+        mark = math.floor(upload_d / self.every + 1e-9)
+        last = trainer.should_stop or (max_rounds is not None and 0 <= max_rounds <= trainer.current_epoch + 1)
+        if mark > self.mark or last or upload_d == 0:
+            self.mark = mark
+            return True
+        return False
+
+    def step(self, net: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_idx: int, own_hook: str) -> None:
+        if self.skip:
+            return
+        if overrides(net, own_hook):  # the network's own validation_step / test_step
+            with logging_into(net, self._logs):
+                getattr(net, own_hook)((x, y), batch_idx)
+        self._sums.append(batch_sums(net, x, y))
+
+    def end(self, prefix: str, device: torch.device, collective: Collective) -> Optional[dict[str, float]]:
+        """The metrics of this evaluation (None when it was not due)."""
+        if self.skip:
+            self.skip = False
+            return None
+        loss, correct, count = summed_over_ranks(self._sums, device, collective).tolist()
+        self._sums = []
+        return {**self._logs.pop_means(collective), f"{prefix}/acc": correct / count, f"{prefix}/loss": loss / count}

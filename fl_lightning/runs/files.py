@@ -33,3 +33,23 @@ def run_dirs(trainer: pl.Trainer) -> list[str]:
 def wandb_id(trainer: pl.Trainer) -> Optional[str]:
     """The W&B run this fit logs to (kept in checkpoints: a resumed fit continues that run)."""
     return next((logger.version for logger in trainer.loggers if isinstance(logger, pl.loggers.WandbLogger)), None)
+
+
+WANDB_ROUND_METRICS = ("round", "lr", "train/*", "val/*", "test/*", "time/*", "sys/*", "comm/upload_bytes",
+                       "comm/download_bytes", "comm/upload_d_at_target", "comm/clients_*")
+
+
+def write_start_files(trainer: pl.Trainer, datamodule, network_hparams: dict) -> None:
+    """At the start of a fit (rank 0): the network's own hparams to every logger, comm/upload_d as W&B's
+    x-axis of every round metric, and partition.csv (the per-client class histogram) in every run folder."""
+    for logger in trainer.loggers:
+        if network_hparams:
+            logger.log_hyperparams({f"network/{key}": value for key, value in network_hparams.items()})
+        if isinstance(logger, pl.loggers.WandbLogger):
+            experiment = logger.experiment
+            experiment.define_metric("comm/upload_d")
+            for key in WANDB_ROUND_METRICS:
+                experiment.define_metric(key, step_metric="comm/upload_d")
+    for run_dir in run_dirs(trainer):
+        datamodule.save_partition(os.path.join(run_dir, "partition.csv"))
+

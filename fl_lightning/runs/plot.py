@@ -2,7 +2,12 @@
 300 dpi and PDF; fl_lightning.runs.figures)."""
 from __future__ import annotations
 
+import os
+
+import pytorch_lightning as pl
+
 from fl_lightning.runs.figures import AXES, colour_of, finish
+from fl_lightning.runs.files import run_dirs
 
 
 def save_curve(path: str, points: list[tuple[float, float]], test_points: list[tuple[float, float]],
@@ -23,3 +28,9 @@ def save_curve(path: str, points: list[tuple[float, float]], test_points: list[t
     ax.set(xlabel=AXES["comm/upload_d"], ylabel="accuracy", title=title)
     finish(fig, [ax], path[:-len(".png")] if path.endswith(".png") else path)
     plt.close(fig)
+
+
+def write_curve(trainer: pl.Trainer, curve: dict, title: str, val_is_test: bool) -> None:
+    """accuracy_vs_upload_d.png (and .pdf) in every run folder, from the round log's curve."""
+    for run_dir in run_dirs(trainer):
+        save_curve(os.path.join(run_dir, "accuracy_vs_upload_d.png"), curve["val"], curve["test"], title, val_is_test)
