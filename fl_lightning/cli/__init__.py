@@ -91,7 +91,7 @@ def main(args=None) -> int:
     try:
         check_config_files(command)
         if command[:1] in (["sweep"], ["report"], ["algorithms"]):  # imported on use: the others stay fast
-            module = {"algorithms": "fl_lightning.algorithms.describe"}.get(command[0], f"fl_lightning.{command[0]}")
+            module = {"algorithms": "fl_lightning.algorithms.describe"}.get(command[0], f"fl_lightning.runs.{command[0]}")
             return import_module(module).main(command[1:])
         if command[:1] == ["fit"]:
             command = thread_option(command)
