@@ -1,4 +1,4 @@
-"""The federated hooks an algorithm is written in (README, "Writing an algorithm").
+"""The federated hooks an algorithm is written in (docs/algorithms.md, "Writing an algorithm").
 
 An ``FLCallback`` is an ordinary Lightning ``Callback`` (so Lightning saves its
 ``state_dict()`` in checkpoints and restores it on resume) with extra hooks that the

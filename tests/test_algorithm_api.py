@@ -24,7 +24,7 @@ FL = str(Path(sys.executable).parent / "fl-lightning")
 
 
 def test_readme_algorithm_table_is_the_registry():
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "algorithms.md").read_text()
     assert markdown_table() in readme
     listed = re.findall(r"^\| `(\w+)` \|", readme.split("<!-- algorithm table")[1].split("\n\n")[0], re.M)
     assert listed == list(REGISTRY)

@@ -166,7 +166,7 @@ def test_kept_runs_outlive_the_run_directory_and_a_sweep_skips_them(capsys):
 def test_kept_runs_are_whole_runs_apart_from_the_run_directories(capsys):
     """Only a copy finished by keep() (its .kept marker) counts; the copies may not overlap the runs'
     own directory (checkpoints); every option that may change at resume has a rule for kept runs."""
-    from fl_lightning import kept_runs
+    from fl_lightning.runs import kept as kept_runs
     from fl_lightning.runs.identity import TAKES_EFFECT_AT_RESUME
 
     sorted_out = kept_runs.AT_LEAST + kept_runs.EQUAL + kept_runs.HOW_COMPUTED

@@ -1,7 +1,7 @@
 """Issue 36: at one thread per client, one process (``--threads 1``) and K = 2 clients at a time
 (``--threads 2``) give every logged value and the final weights bit for bit on the 784-input MLP
 (MNIST); DDP over 2 ranks trains each client with the same arithmetic but sums the round's uploads
-and losses per rank first, then over ranks: equal within 1e-6, not bit for bit (README, "Same numbers in every thread layout").
+and losses per rank first, then over ranks: equal within 1e-6, not bit for bit (docs/scale_out.md, "Same numbers in every thread layout").
 A resume in another thread layout says in one line that it cannot be bit-identical."""
 import csv
 import glob
@@ -58,7 +58,7 @@ def test_one_thread_per_client_is_the_same_in_one_process_and_k2(tmp_path, capsy
     lines = [line for line in capsys.readouterr().out.splitlines() if "cannot be bit-identical" in line]
     assert lines == ["fl-lightning: the checkpoint was written with 1 thread(s) per client, 2 client(s) at a time, "
                      "1 rank(s), this run has 2 thread(s) per client, 1 client(s) at a time, 1 rank(s): the resumed "
-                     "run cannot be bit-identical to an uninterrupted one (README, \"Same numbers in every thread "
+                     "run cannot be bit-identical to an uninterrupted one (docs/scale_out.md, \"Same numbers in every thread "
                      "layout\")"]
 
 

@@ -9,7 +9,7 @@ Write your own: docs/write_your_own_algorithm.md.
 """
 from fl_lightning.algorithms.base import (REGISTRY, Algorithm, Entry, algorithms_with, register, register_preset,
                                           unknown)
-# The order of these imports is the order of registration: how `fl-lightning algorithms`, the README's
+# The order of these imports is the order of registration: how `fl-lightning algorithms`, docs/algorithms.md's
 # table and every plot's colours list the algorithms. A new algorithm is one file plus one line here.
 from fl_lightning.algorithms.fedavg import FedAdam, FedAvg, FedAvgM, FedYogi  # isort: skip
 from fl_lightning.algorithms.fedprox import FedProx  # isort: skip

@@ -24,7 +24,7 @@ from fl_lightning.errors import ConfigError
 class Algorithm:
     """Base class: FedAvg's defaults (no callbacks, server SGD with lr η_g, every client uploads Δ)."""
 
-    summary: ClassVar[str] = ""  # one line, for `fl-lightning algorithms` and the README
+    summary: ClassVar[str] = ""  # one line, for `fl-lightning algorithms` and docs/algorithms.md
     upload: ClassVar[str] = "d"  # floats uploaded per client and round (d = model size, N = blocks)
     uses_blocks: ClassVar[bool] = False  # needs a block division (FedBCGD family)
     compressible: ClassVar[bool] = True  # model.compression may act on its uploads

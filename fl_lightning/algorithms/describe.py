@@ -83,7 +83,7 @@ def main(args: list[str]) -> int:
 
 
 def markdown_table() -> str:
-    """The README's algorithm table, made from the registry (tests/test_algorithm_api.py keeps them equal)."""
+    """docs/algorithms.md's algorithm table, made from the registry (tests/test_algorithm_api.py keeps them equal)."""
     rows = ["| name | what it is | class | options (`--model.algorithm.OPTION`) | upload per client and round |",
             "| --- | --- | --- | --- | --- |"]
     for name, entry in REGISTRY.items():

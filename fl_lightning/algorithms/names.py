@@ -45,10 +45,33 @@ def _is_name(value) -> bool:
     return isinstance(value, str) and "." not in value and value[:1].islower()
 
 
+# Options named by a word whose object has options of its own: ``--model.round_policy deadline
+# --model.round_policy.deadline_s 30`` means the class with that word as its first option.
+NAMED_OBJECTS = {"--model.system": ("fl_lightning.systems.model.SystemModel", "profile"),
+                 "--model.round_policy": ("fl_lightning.systems.policies.RoundPolicy", "kind")}
+
+
+def _named_objects(args: list[str]) -> list[str]:
+    out, index = [], 0
+    while index < len(args):
+        key, inline, value = args[index].partition("=")
+        if key in NAMED_OBJECTS and not inline and index + 1 < len(args):
+            value, index = args[index + 1], index + 1
+        index += 1
+        has_options = any(a.startswith(key + ".") for a in args)
+        if key in NAMED_OBJECTS and _is_name(value) and has_options:
+            path, field = NAMED_OBJECTS[key]
+            out += [key, path, f"{key}.{field}", value]
+        else:
+            out += [key, value] if key in NAMED_OBJECTS and not inline else [args[index - 1]]
+    return out
+
+
 def expand_args(args: list[str]) -> list[str]:
     """The command line with registry names replaced (module docstring), and every
     ``--model.algorithm.OPTION`` / ``--model.compression.OPTION`` moved after the class it belongs to
     (jsonargparse applies an option to the class chosen so far)."""
+    args = _named_objects(args)
     out, held = [], {ALGORITHM: [], COMPRESSION: []}
     gives_compression = any(a == COMPRESSION or a.startswith(COMPRESSION + "=") for a in args)
     index = 0

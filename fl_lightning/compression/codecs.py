@@ -1,5 +1,5 @@
 """Compressed messages: what a client actually sends when its upload is compressed (spec,
-"Compression baselines"; README, "Compressed uploads").
+"Compression baselines"; docs/algorithms.md, "Compressed uploads").
 
 Each encoder turns a flat fp32 vector into a message whose ``wire`` tensors are exactly what
 crosses the network — bytes are counted from them (``comm.Payload``) — and whose ``decode()``

@@ -1,5 +1,5 @@
 """Your own data: any map-style torch ``Dataset`` (or a DataLoader over one), and any
-torchvision-style classification data set by class path (README, "Your own data").
+torchvision-style classification data set by class path (docs/models_and_data.md, "Your own model and data").
 
 Labels are read once; images are stored as today — uint8 N×C×H×W with crop/flip/normalise
 per minibatch on the device (normalised by the training set's own mean and std), or float

@@ -1,4 +1,4 @@
-"""Per-client state vectors on disk: c_i, h_i, e_i for M clients (README, "Several GPUs").
+"""Per-client state vectors on disk: c_i, h_i, e_i for M clients (docs/scale_out.md, "Client state on disk").
 
 SCAFFOLD / FedBCGD+ keep a control variate c_i per client, FedDC a drift h_i, error feedback a
 residual e_i. In RAM that is M·d floats (ViT-Base, M = 100: 34 GB), and as much again in every

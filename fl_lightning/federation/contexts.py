@@ -1,4 +1,4 @@
-"""What an algorithm's hooks see (README, "Writing an algorithm"; docs/write_your_own_algorithm.md).
+"""What an algorithm's hooks see (docs/algorithms.md, "Writing an algorithm"; docs/write_your_own_algorithm.md).
 
 Three typed contexts instead of the loop object:
 

@@ -1,4 +1,4 @@
-"""One round's clients over several processes (README, "Several GPUs"; Lightning's DDP strategy).
+"""One round's clients over several processes (docs/scale_out.md, "Several processes"; Lightning's DDP strategy).
 
 Every rank derives the same round plan from the seed, trains its share of the sampled clients
 (``share``: the longest local jobs first, each to the least loaded rank), and the round's upload

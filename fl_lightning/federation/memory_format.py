@@ -1,4 +1,4 @@
-"""How local training uses the CPU (README, "How it works, and why it is fast"): image batches in
+"""How local training uses the CPU (docs/how_it_works.md, "How it works"): image batches in
 ``channels_last`` for convolutional networks, and the check that ``bf16`` precision on a CPU has
 native bf16 instructions.
 

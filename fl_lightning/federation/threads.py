@@ -10,7 +10,7 @@ not "what": it stays out of the run's identity (fl_lightning.runs.identity).
 
 Without ``--threads`` the same callback is still added (``layout_callback``): it records the layout a
 checkpoint was written with — intra-op threads per client, K, world size — and a resumed run whose
-layout differs where it changes the arithmetic says so in one line (README, "Same numbers in every
+layout differs where it changes the arithmetic says so in one line (docs/scale_out.md, "Same numbers in every
 thread layout").
 """
 from __future__ import annotations
@@ -55,7 +55,7 @@ def layout_change(saved: Optional[dict], now: dict) -> Optional[str]:
     if (saved.get("threads_per_client"), saved.get("world_size")) == (now["threads_per_client"], now["world_size"]):
         return None
     return (f"fl-lightning: the checkpoint was written with {describe(saved)}, this run has {describe(now)}: "
-            "the resumed run cannot be bit-identical to an uninterrupted one (README, \"Same numbers in every "
+            "the resumed run cannot be bit-identical to an uninterrupted one (docs/scale_out.md, \"Same numbers in every "
             "thread layout\")")
 
 

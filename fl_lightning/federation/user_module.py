@@ -1,4 +1,4 @@
-"""A user's own LightningModule as the federated network (README, "Your own LightningModule").
+"""A user's own LightningModule as the federated network (docs/models_and_data.md, "Your own model and data").
 
 - ``training_step`` is the local loss; its ``self.log``/``self.log_dict`` calls are collected
   (``LoggedValues``) and reach the loggers once per round, as the mean over the round's local

@@ -1,4 +1,4 @@
-"""Checkpoints that survive a kill and cannot run code (README, "Resuming a run").
+"""Checkpoints that survive a kill and cannot run code (docs/command_line.md, "Resuming and run identity").
 
 ``SafeCheckpointIO`` is Lightning's ``TorchCheckpointIO`` with two changes:
 

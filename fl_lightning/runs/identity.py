@@ -1,4 +1,4 @@
-"""What a run is: its identity settings, its id, and the name of its directory (README, "Run identity").
+"""What a run is: its identity settings, its id, and the name of its directory (docs/command_line.md, "Resuming and run identity").
 
 A run is identified by everything that changes its numbers: every model setting and every data
 setting except where files lie, the seed, the Trainer's arithmetic (precision, gradient
@@ -156,13 +156,14 @@ def run_label(config: dict, algorithm: str, args: list[str]) -> str:
         top = rest.split(".")[0]
         if top in TAKES_EFFECT_AT_RESUME or (group == "data" and top in DATA_LOCATION):
             continue
-        path = key
-        for nested in ("model.algorithm.", "model.compression.", "model.network."):
-            if key.startswith(nested) and not key.startswith(nested + "init_args."):
-                path = nested + "init_args." + key[len(nested):]
-        if key == "model.network":
-            path = "model.network.class_path"
-        options.append(f"{rest.split('.')[-1]}={_short(value_at(config, path))}")
+        path, words = key, key.split(".")
+        owner = value_at(config, ".".join(words[:2]))
+        if len(words) > 2 and words[2] != "init_args" and isinstance(owner, dict) and "class_path" in owner:
+            path = ".".join(words[:2] + ["init_args"] + words[2:])  # an option of a class: algorithm, policy, ...
+        value = value_at(config, path)
+        if isinstance(value, dict) and "class_path" in value:  # a class named by its options below: its name
+            value = value["class_path"]
+        options.append(f"{rest.split('.')[-1]}={_short(value)}")
     label = ",".join(parts + options + [f"seed={config.get('seed_everything')}"])
     return label if len(label) <= 120 else f"{label[:100]}-{run_id(config)}"
 

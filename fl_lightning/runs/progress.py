@@ -1,4 +1,4 @@
-"""The progress bar of a federated run: one bar over rounds (README, "Command line").
+"""The progress bar of a federated run: one bar over rounds (docs/command_line.md, "Command line").
 
     round  12/100 [00:41<05:02] val/acc=0.4210, comm/upload_d=2.58
 

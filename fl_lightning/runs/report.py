@@ -10,7 +10,7 @@ that differs between them, except the seed; per group: mean ± sample std over s
 to reach the target, as Markdown, CSV and LaTeX (groups as rows, the paper's "acc ± std (d)"),
 and a PNG of val/acc against comm/upload_d — mean line, band of ± one std over seeds.
 
-Floats to target, two ways (README, "Reproducing the paper"):
+Floats to target, two ways (docs/sweep_and_report.md, "Grids of runs"):
 * first touch: comm/upload_d at the first evaluation with val/acc ≥ target;
 * sustained: the first evaluation from which the running mean of the last ``k`` evaluations
   stays ≥ target until the end of the run. Accuracy of the block algorithms swings from round

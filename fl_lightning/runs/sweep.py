@@ -1,4 +1,4 @@
-"""``fl-lightning sweep``: a grid of ordinary ``fit`` runs (README, "Grids of runs").
+"""``fl-lightning sweep``: a grid of ordinary ``fit`` runs (docs/sweep_and_report.md, "Grids of runs").
 
     fl-lightning sweep --config X --grid model.algorithm=fedavg,fedbcgd --grid seed_everything=0,1,2 \\
         [--jobs J] [--threads T] [--print] [any fit option ...]
@@ -31,7 +31,7 @@ import yaml
 
 from fl_lightning.errors import ConfigError
 from fl_lightning.cli.options import check_option_names
-from fl_lightning import kept_runs
+from fl_lightning.runs import kept as kept_runs
 
 TOP_LEVEL = {"seed_everything"}
 

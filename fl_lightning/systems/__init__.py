@@ -1,5 +1,5 @@
 """System heterogeneity (issue 32): per-client compute, network and availability, a virtual clock,
-and synchronous round policies. Off unless ``model.system`` is given (README, "Simulated time")."""
+and synchronous round policies. Off unless ``model.system`` is given (docs/systems.md, "Simulated time")."""
 from fl_lightning.systems.clock import RoundSimulator, VirtualClock
 from fl_lightning.systems.model import SystemModel, resolve_system
 from fl_lightning.systems.policies import RoundPolicy, resolve_policy
