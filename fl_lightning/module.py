@@ -43,6 +43,8 @@ from fl_lightning.models.sizing import check_network_fits
 from fl_lightning.models.timm_models import timm_input_config
 from fl_lightning.parallel import check_parallel_clients
 from fl_lightning.plot import save_curve
+from fl_lightning.privacy import ClientDP, PrivacyOptions, resolve_privacy  # privacy (issue 31)
+from fl_lightning.privacy.options import check_algorithm as check_privacy  # privacy (issue 31)
 from fl_lightning.python_api import as_the_cli_does, summary
 from fl_lightning.round_log import RoundLog
 from fl_lightning.run_files import run_dirs
@@ -89,6 +91,8 @@ class FederatedModule(pl.LightningModule):
             intra-op threads split between them; the same numbers as K = 1 at that many threads per client.
         channels_last: lay image batches out channels-last (fl_lightning.memory_format); None: for conv networks
             on the CPU, where it is faster.
+        privacy: client-level DP (fl_lightning.privacy.PrivacyOptions): ``--model.privacy.noise_multiplier Z``
+            (or ``.target_epsilon``), ``.clip C``, ``.adaptive_quantile``, ``.epsilon_budget``, ``.delta``; None: off.
     """
 
     runs_federated_rounds = True  # what FLCallback.setup looks for
@@ -100,15 +104,20 @@ class FederatedModule(pl.LightningModule):
                  compression: Optional[Codec] = None, grad_clip: Optional[float] = None, client_dropout: float = 0.0,
                  max_upload_d: Optional[float] = None, target_accuracy: Optional[float] = None,
                  test_every_n_rounds: Optional[int] = None, eval_every_d: Optional[float] = None,
-                 eval_train_objective: bool = False, parallel_clients: int = 1, channels_last: Optional[bool] = None):
+                 eval_train_objective: bool = False, parallel_clients: int = 1, channels_last: Optional[bool] = None,
+                 privacy: Optional[PrivacyOptions] = None):
         super().__init__()
         if local_optimizer not in ("sgd", "network") or (local_optimizer == "network" and not is_lightning(network)):
             raise ConfigError("model.local_optimizer", f"got {local_optimizer!r}; choose sgd, or network when the "
                               "network is a LightningModule with configure_optimizers")
         self.algorithm, self.codec = resolve(algorithm, compression)
-        self.save_hyperparameters(ignore=["network", "server_optimizer", "algorithm", "compression"])
+        self.save_hyperparameters(ignore=["network", "server_optimizer", "algorithm", "compression", "privacy"])
         check_module_options(self.hparams)
         self.algorithm.check_with(weighted_aggregation, self.codec)
+        self.privacy = resolve_privacy(privacy)  # privacy (issue 31): None is off, nothing below changes
+        if self.privacy is not None:
+            check_privacy(self.privacy, self.algorithm.name, weighted_aggregation, self.codec)
+            self.save_hyperparameters({**self.hparams, "privacy": self.privacy.spec()})
         if server_optimizer is not None and self.algorithm.changed_server_options():
             raise ConfigError("model.server_optimizer", "sets the server step itself: give its lr/momentum in its "
                               f"init_args and leave model.algorithm.{self.algorithm.changed_server_options()[0]} unset")
@@ -163,7 +172,12 @@ class FederatedModule(pl.LightningModule):
 
     def configure_callbacks(self):
         """The algorithm's hooks; compression last, on what they upload."""
-        return self.algorithm.callbacks() + ([CompressedUpload(self.codec)] if self.codec is not None else [])
+        privacy = [ClientDP(self.privacy)] if self.privacy is not None else []  # after the algorithm, before the codec
+        return self.algorithm.callbacks() + privacy + ([CompressedUpload(self.codec)] if self.codec is not None else [])
+
+    @property
+    def privacy_callback(self) -> Optional[ClientDP]:
+        return next((cb for cb in self.trainer.callbacks if isinstance(cb, ClientDP)), None)
 
     def configure_optimizers(self):
         """[server optimizer over x^r's parameters, local SGD over the working model]; the local lr
@@ -226,7 +240,7 @@ class FederatedModule(pl.LightningModule):
                 experiment = logger.experiment
                 experiment.define_metric("comm/upload_d")
                 for key in ("round", "lr", "train/*", "val/*", "test/*", "time/*", "comm/upload_bytes", "comm/download_bytes",
-                            "comm/upload_d_at_target", "comm/clients_*"):
+                            "comm/upload_d_at_target", "comm/clients_*", "privacy/*"):
                     experiment.define_metric(key, step_metric="comm/upload_d")
         for run_dir in run_dirs(self.trainer):
             datamodule.save_partition(os.path.join(run_dir, "partition.csv"))
@@ -296,6 +310,9 @@ class FederatedModule(pl.LightningModule):
         budget = self.hparams.max_upload_d
         if budget is not None and comm.upload_d >= budget - 1e-9:
             self.trainer.should_stop = True
+        dp = self.privacy_callback  # privacy (issue 31): stop before the round that would pass the ε budget
+        if dp is not None and dp.next_round_exceeds_budget(round_idx + 1):
+            self.trainer.should_stop = True
 
     def on_train_epoch_end(self):
         self.log_dict({k: torch.tensor(v, dtype=torch.float64) for k, v in self._write_round_row().items()},
@@ -310,6 +327,8 @@ class FederatedModule(pl.LightningModule):
                "time/round_s": self._round_seconds, "time/wall_s": self._wall_seconds}  # the rounds' wall time
         if self._train_loss is not None:
             row["train/loss"] = self._train_loss
+        if self.privacy is not None:  # privacy (issue 31): privacy/epsilon, privacy/clipped_fraction, ...
+            row.update(self.privacy_callback.metrics())
         rounds, every, max_rounds = self.current_epoch + 1, self.hparams.test_every_n_rounds, self.trainer.max_epochs
         last = self.trainer.should_stop or (max_rounds is not None and 0 <= max_rounds <= rounds)
         if last or (every and rounds % every == 0):
