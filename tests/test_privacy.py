@@ -68,11 +68,12 @@ def fit(rounds, name="dp", callbacks=(), ckpt_path=None, privacy=None, **hp):
                                                       "error_feedback": False})])
 def test_every_upload_the_server_sums_is_within_the_clip(algorithm, hp):
     recorder = ArrivedNorms()
-    module, rows = fit(3, callbacks=[recorder], algorithm=algorithm, **hp)
+    clip = 1.1  # round 1's unclipped norms are 0.76-1.39 (fedavg, fedbcgd): the clip binds for some, not all
+    module, rows = fit(3, callbacks=[recorder], privacy=PrivacyOptions(noise_multiplier=1.0, clip=clip),
+                       algorithm=algorithm, **hp)
     assert len(recorder.norms) == 3 * COHORT
-    assert max(recorder.norms) <= 0.05 * (1 + 1e-6)
-    fractions = [float(r["privacy/clipped_fraction"]) for r in rows]
-    assert min(fractions) > 0.5  # lr 0.5, C = 0.05: the clip binds, so the bound above is a real check
+    assert max(recorder.norms) <= clip * (1 + 1e-6)
+    assert 0 < float(rows[0]["privacy/clipped_fraction"]) < 1  # so a bound off by a factor would show
     if algorithm == "fedbcgd":  # each client sends its block and the shared block only, clipped together
         assert max(recorder.covered) < module.flat.num_params
 
@@ -119,7 +120,7 @@ def test_calibration_inverts_epsilon():
 def test_noise_has_std_z_times_clip_over_cohort():
     """Clients that do not move (lr 0) upload Δ = 0: the server step is exactly the noise / M. With
     n = 20 rounds × 1,010 coordinates, (s²/σ² − 1)·√(n/2) is N(0, 1) to a good approximation; |·| < 4.5
-    falsely alarms with probability 7e-6 per seed, and a 5 % error in the std moves it by ≈ 14."""
+    falsely alarms with probability 7e-6 per seed, and a 5 % error in the std moves it by ≈ 10 (measured: 9.1)."""
     torch.manual_seed(0)
     net = nn.Linear(100, 10)
     x, y = torch.randn(8, 100), torch.randint(0, 10, (8,))
