@@ -45,6 +45,8 @@ from fl_lightning.runs.files import wandb_id, write_start_files
 from fl_lightning.runs.plot import write_curve
 from fl_lightning.federation.seeding import run_seed
 from fl_lightning.systems import RoundPolicy, RoundSimulator, SystemModel, resolve_policy, resolve_system
+from fl_lightning.privacy import ClientDP, PrivacyOptions, resolve_privacy
+from fl_lightning.privacy.options import check_algorithm as check_privacy
 
 
 class FederatedModule(pl.LightningModule):
@@ -91,6 +93,8 @@ class FederatedModule(pl.LightningModule):
             a profile name (uniform, mobile, slow_uplink), a .csv trace, or a SystemModel; None: off.
         round_policy: with a system: wait_for_all (default), deadline, over_selection, or a RoundPolicy
             (``--model.round_policy.deadline_s``, ``.beta``).
+        privacy: client-level DP (fl_lightning.privacy.PrivacyOptions): ``--model.privacy.noise_multiplier Z``
+            (or ``.target_epsilon``), ``.clip C``, ``.adaptive_quantile``, ``.epsilon_budget``, ``.delta``; None: off.
     """
 
     runs_federated_rounds = True  # what FLCallback.setup looks for
@@ -104,7 +108,7 @@ class FederatedModule(pl.LightningModule):
                  test_every_n_rounds: Optional[int] = None, eval_every_d: Optional[float] = None,
                  eval_train_objective: bool = False, parallel_clients: int = 1, channels_last: Optional[bool] = None,
                  system: Union[SystemModel, str, None] = None,
-                 round_policy: Union[RoundPolicy, str, None] = None):
+                 round_policy: Union[RoundPolicy, str, None] = None, privacy: Optional[PrivacyOptions] = None):
         super().__init__()
         if local_optimizer not in ("sgd", "network") or (local_optimizer == "network" and not is_lightning(network)):
             raise ConfigError("model.local_optimizer", f"got {local_optimizer!r}; choose sgd, or network when the "
@@ -114,9 +118,13 @@ class FederatedModule(pl.LightningModule):
         if self.round_policy is not None and self.system is None:
             raise ConfigError("model.round_policy", "needs a simulated system to time clients: give model.system")
         self.save_hyperparameters(ignore=["network", "server_optimizer", "algorithm", "compression", "system",
-                                          "round_policy"])
+                                          "round_policy", "privacy"])
         check_module_options(self.hparams)
         self.algorithm.check_with(weighted_aggregation, self.codec)
+        self.privacy = resolve_privacy(privacy)  # privacy (issue 31): None is off, nothing below changes
+        if self.privacy is not None:
+            check_privacy(self.privacy, self.algorithm.name, weighted_aggregation, self.codec)
+            self.save_hyperparameters({**self.hparams, "privacy": self.privacy.spec()})
         if server_optimizer is not None and self.algorithm.changed_server_options():
             raise ConfigError("model.server_optimizer", "sets the server step itself: give its lr/momentum in its "
                               f"init_args and leave model.algorithm.{self.algorithm.changed_server_options()[0]} unset")
@@ -171,7 +179,12 @@ class FederatedModule(pl.LightningModule):
 
     def configure_callbacks(self):
         """The algorithm's hooks; compression last, on what they upload."""
-        return self.algorithm.callbacks() + ([CompressedUpload(self.codec)] if self.codec is not None else [])
+        privacy = [ClientDP(self.privacy)] if self.privacy is not None else []  # after the algorithm, before the codec
+        return self.algorithm.callbacks() + privacy + ([CompressedUpload(self.codec)] if self.codec is not None else [])
+
+    @property
+    def privacy_callback(self) -> Optional[ClientDP]:
+        return next((cb for cb in self.trainer.callbacks if isinstance(cb, ClientDP)), None)
 
     def configure_optimizers(self):
         """[server optimizer over x^r's parameters, local SGD over the working model]; the local lr
@@ -288,6 +301,9 @@ class FederatedModule(pl.LightningModule):
         budget = self.hparams.max_upload_d
         if budget is not None and comm.upload_d >= budget - 1e-9:
             self.trainer.should_stop = True
+        dp = self.privacy_callback  # privacy (issue 31): stop before the round that would pass the ε budget
+        if dp is not None and dp.next_round_exceeds_budget(round_idx + 1):
+            self.trainer.should_stop = True
 
     def on_train_epoch_end(self):
         self.log_dict({k: torch.tensor(v, dtype=torch.float64) for k, v in self._write_round_row().items()},
@@ -303,6 +319,8 @@ class FederatedModule(pl.LightningModule):
                **(self.loop.systems.metrics() if self.loop.systems is not None else {})}  # issue 32: time/sim_s
         if self._train_loss is not None:
             row["train/loss"] = self._train_loss
+        if self.privacy is not None:  # privacy (issue 31): privacy/epsilon, privacy/clipped_fraction, ...
+            row.update(self.privacy_callback.metrics())
         rounds, every, max_rounds = self.current_epoch + 1, self.hparams.test_every_n_rounds, self.trainer.max_epochs
         last = self.trainer.should_stop or (max_rounds is not None and 0 <= max_rounds <= rounds)
         if last or (every and rounds % every == 0):

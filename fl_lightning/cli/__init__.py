@@ -22,8 +22,8 @@ import yaml
 from fl_lightning.errors import ConfigError, FLUserError
 from fl_lightning.cli.options import check_option_names
 
-SUBCOMMANDS = ("fit", "validate", "test", "algorithms", "blocks", "sweep", "report")
-HELP = """usage: fl-lightning {fit,validate,test,algorithms,blocks,sweep,report} [--config FILE] [--dotted.option VALUE ...]
+SUBCOMMANDS = ("fit", "validate", "test", "algorithms", "blocks", "sweep", "report", "privacy")
+HELP = """usage: fl-lightning {fit,validate,test,algorithms,blocks,sweep,report,privacy} [--config FILE] [--dotted.option VALUE ...]
 
 Federated learning on PyTorch Lightning (FedAvg ... FedBCGD+); one epoch is one communication round.
 
@@ -37,6 +37,8 @@ subcommands:
   sweep       a grid of fit runs: --grid model.algorithm=fedavg,fedbcgd --grid seed_everything=0,1,2 [--jobs 2]
               (finished runs are skipped, interrupted ones resume; --print lists the commands instead)
   report      paper-style tables (Markdown, CSV, LaTeX) and a plot from runs: RUNS... --target 0.7 [--out PREFIX]
+  privacy     client-level DP before training: --rounds R --cohort M --population K --epsilon 8 (→ noise
+              multiplier) or --noise-multiplier Z (→ ε) [--delta D] (fl_lightning.privacy)
 
 every option with its one-line meaning and the algorithms: fl-lightning fit --help
 every option with its value: fl-lightning fit --config FILE --print_config
@@ -90,8 +92,9 @@ def main(args=None) -> int:
         return 2
     try:
         check_config_files(command)
-        if command[:1] in (["sweep"], ["report"], ["algorithms"]):  # imported on use: the others stay fast
-            module = {"algorithms": "fl_lightning.algorithms.describe"}.get(command[0], f"fl_lightning.runs.{command[0]}")
+        if command[:1] in (["sweep"], ["report"], ["algorithms"], ["privacy"]):  # imported on use: the others stay fast
+            module = {"algorithms": "fl_lightning.algorithms.describe",
+                      "privacy": "fl_lightning.privacy.calculator"}.get(command[0], f"fl_lightning.runs.{command[0]}")
             return import_module(module).main(command[1:])
         if command[:1] == ["fit"]:
             command = thread_option(command)

@@ -35,8 +35,8 @@ def wandb_id(trainer: pl.Trainer) -> Optional[str]:
     return next((logger.version for logger in trainer.loggers if isinstance(logger, pl.loggers.WandbLogger)), None)
 
 
-WANDB_ROUND_METRICS = ("round", "lr", "train/*", "val/*", "test/*", "time/*", "sys/*", "comm/upload_bytes",
-                       "comm/download_bytes", "comm/upload_d_at_target", "comm/clients_*")
+WANDB_ROUND_METRICS = ("round", "lr", "train/*", "val/*", "test/*", "time/*", "sys/*", "privacy/*",
+                       "comm/upload_bytes", "comm/download_bytes", "comm/upload_d_at_target", "comm/clients_*")
 
 
 def write_start_files(trainer: pl.Trainer, datamodule, network_hparams: dict) -> None:

@@ -1,0 +1,149 @@
+"""``ClientDP``: client-level DP as an FLCallback (fl_lightning.privacy.clipping, .mechanism, .accountant).
+
+Runs after the algorithm's callbacks and before the codec (``FederatedModule.configure_callbacks``):
+
+    configure_round     n_k per coordinate from the plan; the unclipped-count channel
+    on_client_end       clip the client's whole upload to ‖u‖ ≤ C (before any codec)
+    on_client_reported  add b_i = 1[‖u‖ ≤ C] to the count channel (one bit, not counted in comm/)
+    on_server_update    update ← (Σ u_i + N(0, z_Δ²C²)) / n_k; adaptive C from the noised count
+    on_round_end        ε after the rounds so far (dp-accounting), for privacy/epsilon
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from fl_lightning.callbacks.base import FLCallback
+from fl_lightning.errors import ConfigError
+from fl_lightning.privacy import accountant
+from fl_lightning.privacy.clipping import adapted_clip, clip_upload, update_noise_multiplier
+from fl_lightning.privacy.mechanism import COUNT_NOISE, gaussian, noised_mean, planned_counts
+from fl_lightning.privacy.options import PrivacyOptions
+
+COUNT = "privacy_unclipped"
+
+
+class ClientDP(FLCallback):
+    """Clips every client upload to C and noises every released sum; logs ε.
+
+    Args:
+        options: the PrivacyOptions.
+        rounds: R, the rounds the fit runs (to calibrate target_epsilon); from trainer.max_epochs in a fit.
+    """
+
+    thread_safe = True  # client hooks touch only client.upload and client.scratch
+
+    def __init__(self, options: PrivacyOptions, rounds: Optional[int] = None):
+        self.options = options
+        self.rounds = rounds
+        self.clip = options.clip
+        self.noise_multiplier: Optional[float] = options.noise_multiplier
+        self.population = self.cohort = None
+        self.epsilon = 0.0
+        self.clipped = self.reported = 0
+        self._counts = None
+
+    # -- set-up -------------------------------------------------------------------------------
+    def prepare(self, population: int, cohort: int, rounds: Optional[int] = None) -> None:
+        """K, M and R known: calibrate z for target_epsilon; refuse a budget that round 1 would pass."""
+        self.population, self.cohort = population, cohort
+        self.rounds = rounds if rounds is not None else self.rounds
+        opts = self.options
+        if opts.target_epsilon is not None:
+            if not self.rounds or self.rounds < 1:
+                raise ConfigError("model.privacy.target_epsilon", "needs the number of rounds: set trainer.max_epochs")
+            self.noise_multiplier = accountant.noise_multiplier_for(opts.target_epsilon, self.rounds, cohort,
+                                                                    population, self.delta)
+        if opts.adaptive_quantile is not None:
+            update_noise_multiplier(self.noise_multiplier, self.count_noise)  # σ_b too small: one line now
+        if opts.epsilon_budget is not None and self.epsilon_after(1) > opts.epsilon_budget:
+            raise ConfigError("model.privacy.epsilon_budget", f"one round already spends ε = "
+                              f"{self.epsilon_after(1):.3g} > {opts.epsilon_budget:g}; raise the budget or the noise")
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if pl_module.flat.numel != pl_module.flat.num_params:
+            raise ConfigError("model.privacy", "the network has floating buffers (e.g. BatchNorm running stats) "
+                              "whose mean the server would release without noise; use GroupNorm or no buffers")
+        self.prepare(trainer.datamodule.num_clients, pl_module.hparams.clients_per_round, trainer.max_epochs)
+
+    @property
+    def delta(self) -> float:
+        return self.options.delta if self.options.delta is not None else accountant.default_delta(self.population)
+
+    @property
+    def count_noise(self) -> float:
+        return self.options.count_noise if self.options.count_noise is not None else self.cohort / 20
+
+    @property
+    def update_noise_multiplier(self) -> float:
+        if self.options.adaptive_quantile is None:
+            return self.noise_multiplier
+        return update_noise_multiplier(self.noise_multiplier, self.count_noise)
+
+    def epsilon_after(self, rounds: int) -> float:
+        return accountant.epsilon(self.noise_multiplier, rounds, self.cohort, self.population, self.delta)
+
+    def next_round_exceeds_budget(self, rounds_done: int) -> bool:
+        budget = self.options.epsilon_budget
+        return budget is not None and self.epsilon_after(rounds_done + 1) > budget
+
+    # -- the round --------------------------------------------------------------------------------
+    def configure_round(self, round):
+        if round.numel != round.num_params:
+            raise ConfigError("model.privacy", "the network has floating buffers (e.g. BatchNorm running stats) "
+                              "whose mean the server would release without noise; use GroupNorm or no buffers")
+        if self.population is None:
+            self.prepare(round.num_clients, len(round.clients))
+        if len(round.clients) != self.cohort or round.num_clients != self.population:
+            raise ConfigError("model.privacy", f"the accountant was set up for M={self.cohort} of K={self.population}, "
+                              f"the round samples {len(round.clients)} of {round.num_clients}")
+        round.channels[COUNT] = 1
+        self._counts = planned_counts(round.clients, round.num_params)
+        self.clipped = self.reported = 0
+
+    def on_client_end(self, client):
+        extra = [channel for channel in client.upload.channels() if channel != "delta"]
+        if extra:
+            raise ConfigError("model.privacy", f"the upload has a channel {extra[0]!r} besides delta, which the "
+                              "clip and noise do not cover; use an algorithm that uploads only its model update")
+        _, clipped = clip_upload(client.upload, self.clip)
+        client.scratch[self] = clipped
+
+    def on_client_reported(self, client):
+        clipped = client.scratch.get(self, False)
+        client.received.add_sum(COUNT, torch.tensor([0.0 if clipped else 1.0]))
+
+    def on_server_update(self, server):
+        received, d = server.received, server.update.numel()
+        std = self.update_noise_multiplier * self.clip
+        mean = noised_mean(received.sum("delta")[:d], self._counts, std, server.round)
+        server.update.copy_(mean.to(server.update.dtype))
+        self.reported = int(received.weight(COUNT)[0])
+        self.clipped = self.reported - int(received.sum(COUNT)[0])
+        if self.options.adaptive_quantile is not None:
+            centred = received.sum(COUNT)[0].item() - self.reported / 2
+            noised = centred + float(gaussian(1, self.count_noise, server.round, COUNT_NOISE)[0])
+            self.clip = adapted_clip(self.clip, noised, self.cohort, self.options.adaptive_quantile,
+                                     self.options.clip_lr)
+
+    def on_round_end(self, round):
+        self.epsilon = self.epsilon_after(round.round + 1)
+
+    def metrics(self) -> dict[str, float]:
+        """privacy/*: ε at δ so far, the clipped fraction of this round's reported uploads (exact: a diagnostic
+        outside the guarantee), the clip C in force next round, z."""
+        return {"privacy/epsilon": self.epsilon, "privacy/delta": self.delta,
+                "privacy/clipped_fraction": self.clipped / self.reported if self.reported else 0.0,
+                "privacy/clip": self.clip, "privacy/noise_multiplier": self.noise_multiplier}
+
+    # -- checkpoints ------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"clip": self.clip, "epsilon": self.epsilon, "noise_multiplier": self.noise_multiplier}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.clip, self.epsilon = float(state_dict["clip"]), float(state_dict["epsilon"])
+        saved = state_dict.get("noise_multiplier")
+        if saved is not None and self.noise_multiplier is not None and abs(saved - self.noise_multiplier) > 1e-12:
+            raise ConfigError("model.privacy.noise_multiplier", f"is {self.noise_multiplier} now but {saved} in the "
+                              "checkpoint; resume with the same privacy options")

@@ -1,0 +1,51 @@
+"""The Gaussian mechanism on the server's sums, its noise drawn from the run's seed streams.
+
+Noise of round r comes from its own stream ``derive_seed(r, NOISE)`` (and ``COUNT_NOISE`` for the
+adaptive clip's count), drawn on the CPU, so it is the same on every rank under DDP, on every device,
+and after a resume (as every other draw in fl_lightning.federation.seeding). The "generator state" a checkpoint
+needs is therefore just (run seed, round) — both are already in it.
+
+This makes the noise reproducible by whoever knows the run seed: right for research, wrong for a
+deployment, where the server must draw it from a secure source.
+
+Sensitivity. The server releases, per coordinate k, S_k = Σ_{i uploads k} u_i[k] with ‖u_i‖ ≤ C over
+everything client i uploads. Adding or replacing one client changes the vector (S_k)_k by that
+client's u_i alone (replace-one: the Gaussian event of dp-accounting accounts for it): its L2 norm is
+≤ C whether u_i covers the whole model (FedAvg) or only block j + the shared block (FedBCGD). So every
+coordinate's sum — every block's — gets N(0, σ²C²): noising only some blocks would leave the others'
+sums with no noise at all, and block sums share no noise.
+
+Normalisation. The noised sum of coordinate k is divided by n_k, the number of clients the plan of the
+round assigned to it (all S for FedAvg and the shared block; the ⌊S/N⌋ or ⌈S/N⌉ clients of block j):
+fixed before any client trains, so not data dependent. Clients that drop out still count in n_k
+(their zero contribution shrinks the mean) and the noise stays σC — a dropout never weakens it.
+"""
+from __future__ import annotations
+
+import torch
+
+from fl_lightning.federation.seeding import derive_seed, generator
+
+NOISE = 0xD1F0  # the update's noise, per round
+COUNT_NOISE = 0xD1F1  # the adaptive clip's count noise, per round
+
+
+def gaussian(size: int, std: float, round_idx: int, purpose: int = NOISE) -> torch.Tensor:
+    """N(0, std²)^size from round ``round_idx``'s ``purpose`` stream (CPU, float64)."""
+    rng = generator(derive_seed(round_idx, purpose))
+    return torch.randn(size, generator=rng, dtype=torch.float64) * std
+
+
+def planned_counts(clients, size: int) -> torch.Tensor:
+    """n_k per coordinate of [0, size): how many of the round's planned clients upload it."""
+    counts = torch.zeros(size, dtype=torch.float64)
+    for task in clients:
+        for start, stop in task.upload_ranges:
+            counts[start:min(stop, size)] += 1
+    return counts
+
+
+def noised_mean(total: torch.Tensor, counts: torch.Tensor, std: float, round_idx: int) -> torch.Tensor:
+    """(Σ u_i + N(0, std²)) / n_k per coordinate (0 where n_k = 0)."""
+    noised = total.double().cpu() + gaussian(total.numel(), std, round_idx)
+    return torch.where(counts > 0, noised / counts.clamp_min(1), torch.zeros_like(noised))

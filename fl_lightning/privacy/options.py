@@ -1,0 +1,105 @@
+"""``--model.privacy.*``: the options of client-level DP, checked once, one line per mistake."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Optional, Union
+
+from fl_lightning.errors import ConfigError
+from fl_lightning.privacy.accountant import ACCOUNTANTS, SAMPLINGS
+
+# Algorithms whose clients send more than the model update Δ: the second message would need its own
+# clip, noise and share of the budget, which is not implemented — so they are refused.
+SECOND_UPLOAD = {"scaffold": "uploads Δc (control variates) besides Δ",
+                 "fedbcgd_plus": "uploads control variates Δc besides Δ",
+                 "fedbcgd_plus_qsgd": "uploads control variates Δc besides Δ",
+                 "feddyn": "keeps per-client state h_i that the server update reads (its correction is not clipped)",
+                 "feddc": "uploads its drift h_i besides Δ",
+                 "fednova": "uploads each client's step count τ_i, which the server uses to weight Δ",
+                 "centralized": "pools every client's data: there is no client upload to clip"}
+
+
+@dataclass
+class PrivacyOptions:
+    """Client-level DP (McMahan et al. 2018): clip each upload to L2 ≤ C, add N(0, σ²C²) to every sum.
+
+    Args:
+        noise_multiplier: z = σ, the noise std in units of the clip C (give it or target_epsilon).
+        target_epsilon: calibrate z so that ε after trainer.max_epochs rounds is this (at delta).
+        clip: C, the L2 bound of a client's whole upload (the initial C when adaptive).
+        adaptive_quantile: γ: adapt C so that a fraction γ of uploads is unclipped (Andrew et al. 2021).
+        clip_lr: η_C, the geometric step of adaptive clipping: C ← C·exp(−η_C(b̃ − γ)).
+        count_noise: σ_b, std of the noise on the unclipped count (default cohort/20, the paper's).
+        delta: δ of the reported ε (default 1/K^1.1, K the population).
+        epsilon_budget: stop before a round after which ε would exceed this.
+        accountant: rdp (fixed cohorts) or pld (poisson sampling only).
+        sampling: fixed (M of K without replacement: what the loop does) or poisson (calculator only).
+    """
+
+    noise_multiplier: Optional[float] = None
+    target_epsilon: Optional[float] = None
+    clip: float = 1.0
+    adaptive_quantile: Optional[float] = None
+    clip_lr: float = 0.2
+    count_noise: Optional[float] = None
+    delta: Optional[float] = None
+    epsilon_budget: Optional[float] = None
+    accountant: str = "rdp"
+    sampling: str = "fixed"
+
+    def __post_init__(self):
+        if (self.noise_multiplier is None) == (self.target_epsilon is None):
+            raise ConfigError("model.privacy.noise_multiplier", "give exactly one of noise_multiplier and "
+                              "target_epsilon")
+        for name in ("noise_multiplier", "target_epsilon", "clip", "clip_lr", "count_noise", "epsilon_budget"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ConfigError(f"model.privacy.{name}", f"must be > 0, got {value}")
+        if self.adaptive_quantile is not None and not 0.0 < self.adaptive_quantile < 1.0:
+            raise ConfigError("model.privacy.adaptive_quantile", f"must be in (0, 1), got {self.adaptive_quantile}")
+        if self.delta is not None and not 0.0 < self.delta < 1.0:
+            raise ConfigError("model.privacy.delta", f"must be in (0, 1), got {self.delta}")
+        if self.accountant not in ACCOUNTANTS:
+            raise ConfigError("model.privacy.accountant", f"unknown {self.accountant!r}; choose one of "
+                              f"{', '.join(ACCOUNTANTS)}")
+        if self.sampling != "fixed":
+            raise ConfigError("model.privacy.sampling", f"{self.sampling!r}: the loop samples a fixed cohort of M "
+                              "clients; use fixed (poisson: fl-lightning privacy --sampling poisson only)"
+                              if self.sampling in SAMPLINGS else f"unknown {self.sampling!r}; choose fixed")
+        if self.accountant == "pld":
+            raise ConfigError("model.privacy.accountant", "pld does not support a fixed cohort without replacement "
+                              "in dp-accounting; use rdp")
+
+    def spec(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def resolve_privacy(privacy: Union[PrivacyOptions, dict, str, None]) -> Optional[PrivacyOptions]:
+    """None/"none": off; a dict (a checkpoint's hparams, a config's mapping) becomes PrivacyOptions."""
+    if privacy is None or privacy == "none":
+        return None
+    if isinstance(privacy, dict):
+        unknown = sorted(set(privacy) - {f.name for f in dataclasses.fields(PrivacyOptions)})
+        if unknown:
+            raise ConfigError(f"model.privacy.{unknown[0]}", "unknown option; see fl_lightning.privacy.PrivacyOptions")
+        return PrivacyOptions(**privacy)
+    if not isinstance(privacy, PrivacyOptions):
+        raise ConfigError("model.privacy", f"needs PrivacyOptions (--model.privacy.noise_multiplier Z ...), got "
+                          f"{type(privacy).__name__}")
+    return privacy
+
+
+def check_algorithm(privacy: PrivacyOptions, algorithm_name: str, weighted_aggregation: bool, codec) -> None:
+    """What client-level DP refuses to run with: one line each."""
+    if algorithm_name in SECOND_UPLOAD:
+        raise ConfigError("model.privacy", f"{algorithm_name} {SECOND_UPLOAD[algorithm_name]}; client-level DP "
+                          "covers the model update only — use fedavg, fedavgm, fedprox or fedbcgd")
+    if weighted_aggregation:
+        raise ConfigError("model.weighted_aggregation", "with model.privacy the sum's sensitivity must be C: "
+                          "weights n_i would scale it; set weighted_aggregation false")
+    if codec is not None:
+        from fl_lightning.compression.codecs import TopK
+        if not isinstance(codec, TopK) or codec.error_feedback:
+            raise ConfigError("model.compression", f"{type(codec).__name__} can decode to a norm above the clip C "
+                              "(rescaling, rounding up or error feedback), so the noise would not cover it; use topk "
+                              "with error_feedback false, or none")
