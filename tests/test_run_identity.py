@@ -90,6 +90,15 @@ def test_a_moved_data_folder_resumes_and_other_data_under_its_name_is_refused(tm
 
 
 def test_wandb_resume_continues_the_same_run_in_the_run_folder(capsys):
+    import wandb as wandb_sdk
+
+    try:
+        check_wandb_resume(capsys)
+    finally:
+        wandb_sdk.teardown()  # its settings (the run folder's root) must not outlive this test
+
+
+def check_wandb_resume(capsys):
     wandb = ["--trainer.logger", "pytorch_lightning.loggers.WandbLogger", "--trainer.logger.project", "p",
              "--trainer.logger.save_dir", "wb"]
     assert fit(*wandb, "--trainer.max_epochs", "2") == 0

@@ -386,7 +386,7 @@ def argument_error(err: Exception, args: list[str]) -> str:
     if option:
         owners = algorithms_with(option) if group == "algorithm" else \
             [name for name, codec in CODECS.items() if option in inspect.signature(codec.__init__).parameters]
-        where = f"it is an option of {', '.join(owners)}" if owners else f"no {group} has it"
+        where = f"it is an option of {', '.join(owners)}" if owners else f"no registered {group} has it"
         lacking = chosen.__name__ if chosen is not None else f"the chosen {group}"
         return (f"model.{group}.{option}: {lacking} has no option {option!r}; {where} "
                 f"(fl-lightning algorithms NAME lists an algorithm's options)")

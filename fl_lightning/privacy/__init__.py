@@ -1,4 +1,4 @@
-"""Client-level differential privacy (README, "Client-level differential privacy"): clipping of each
+"""Client-level differential privacy (docs/privacy.md, "Client-level differential privacy"): clipping of each
 client's upload, Gaussian noise on every released sum, and ε from dp-accounting.
 
     fl_lightning.privacy.PrivacyOptions   the options (``--model.privacy.*``)

@@ -106,6 +106,35 @@ def label(combination: tuple[tuple[str, str], ...]) -> str:
     return ",".join(f"{key.split('.')[-1]}={value}".replace("/", "_") for key, value in combination)
 
 
+def algorithm_class(value: str):
+    """The Algorithm class a grid value names (a registry name or a class path), or None."""
+    from fl_lightning.algorithms import REGISTRY
+    from fl_lightning.algorithms.names import import_class
+
+    return REGISTRY[value].algorithm if value in REGISTRY else import_class(value)
+
+
+def options_for(algorithm: str, rest: list[str], swept: list[str]) -> list[str]:
+    """``rest`` without the ``--model.algorithm.OPTION V`` that ``algorithm`` lacks but another swept algorithm
+    has: a sweep over FedAvg and your own algorithm gives your algorithm's options to it alone. An option no
+    swept algorithm has stays, and is refused in one line."""
+    classes = [algorithm_class(name) for name in swept]
+    mine = algorithm_class(algorithm)
+    out, index = [], 0
+    while index < len(rest):
+        word = rest[index]
+        key, inline, _ = word.partition("=")
+        option = key[len("--model.algorithm."):] if key.startswith("--model.algorithm.") else None
+        width = 1 if inline or option is None or index + 1 >= len(rest) else 2
+        if option and mine is not None and option not in mine.option_names() and any(
+                cls is not None and option in cls.option_names() for cls in classes):
+            index += width
+            continue
+        out += rest[index:index + width]
+        index += width
+    return out
+
+
 def check_every_point(runs: list[tuple[str, list[str]]]) -> list[dict]:
     """Each grid point's complete configuration is parsed, and its algorithm, codec and module options
     checked, before the first run starts: a bad value stops the sweep in one line with nothing trained.
@@ -146,10 +175,13 @@ def main(args: list[str]) -> int:
     root = Path(save_dir) / name  # the runs' own folders: root/<grid values>/version_N
     markers = root / ".sweep"
     runs = []
+    swept = next((choices for key, choices in grid if key == "model.algorithm"), [])
     for values in itertools.product(*(choices for _, choices in grid)):
         combination = tuple((key, value) for (key, _), value in zip(grid, values))
         options = [word for key, value in combination for word in (f"--{key}", value)]
-        command = ["fit", *rest, *options, "--trainer.logger.init_args.name", f"{name}/{label(combination)}",
+        algorithm = dict(combination).get("model.algorithm")
+        given = options_for(algorithm, rest, swept) if algorithm is not None else rest
+        command = ["fit", *given, *options, "--trainer.logger.init_args.name", f"{name}/{label(combination)}",
                    "--ckpt_path", "last"]
         runs.append((label(combination), command))
     configs = check_every_point(runs)
