@@ -19,7 +19,6 @@ from fl_lightning.federation.client_state import refuse_inline_client_state
 from fl_lightning.compression.accounting import Part
 from fl_lightning.compression.codecs import Codec
 from fl_lightning.errors import ConfigError
-from fl_lightning.compression.powersgd import PowerSGD
 from fl_lightning.federation.seeding import Stream, generator, stream_seed
 
 
@@ -42,11 +41,10 @@ class CompressedUpload(FLCallback):
         if self.codec.error_feedback:
             self.residuals = {channel: round.client_state.table(f"residual_{channel}", size)
                               for channel, size in sizes.items()}
-        if isinstance(self.codec, PowerSGD):  # each client's warm-start Q, per channel
-            self.segments, self.sizes = round.segments, sizes
-            self.warm_starts = {channel: round.client_state.table(f"powersgd_q_{channel}",
-                                                                  self.codec.q_layout(round.segments, size)[1])
-                                for channel, size in sizes.items()}
+        self.segments, self.sizes = round.segments, sizes
+        self.state_tables = {channel: {name: round.client_state.table(f"{self.codec.name}_{name}_{channel}", length)
+                                       for name, length in self.codec.client_state(round.segments, size).items()}
+                             for channel, size in sizes.items()}  # e.g. PowerSGD's warm-start Q per client
 
     def on_upload(self, client):
         device = client.vector.device
@@ -69,11 +67,10 @@ class CompressedUpload(FLCallback):
         client.scratch[self] = kept  # table → the client's new row (e_i, Q), written once its upload arrives
 
     def _encode(self, client, channel: str, ranges, values: torch.Tensor, rng, kept: dict):
-        if not isinstance(self.codec, PowerSGD):
-            return self.codec.encode(values, rng)
-        pieces = self.codec.pieces(ranges, self.segments, self.sizes[channel])
-        table = self.warm_starts[channel]
-        message, kept[table] = self.codec.encode_pieces(values, pieces, table.read(client.client_id), rng)
+        tables = self.state_tables[channel]
+        state = {name: table.read(client.client_id) for name, table in tables.items()}
+        message, rows = self.codec.encode_for_client(values, ranges, self.segments, self.sizes[channel], state, rng)
+        kept.update({tables[name]: row for name, row in rows.items()})
         return message
 
     def on_client_reported(self, client):

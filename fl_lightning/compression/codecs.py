@@ -140,6 +140,17 @@ class Codec:
     def encode(self, values: torch.Tensor, generator: torch.Generator):
         raise NotImplementedError
 
+    def client_state(self, segments, size: int) -> dict[str, int]:
+        """Per-client memory besides the error-feedback residual: name → row length for a channel of ``size``
+        entries laid out as ``segments`` (kept on disk by CompressedUpload, written once the upload arrives)."""
+        return {}
+
+    def encode_for_client(self, values: torch.Tensor, ranges, segments, size: int, state: dict[str, torch.Tensor],
+                          generator: torch.Generator):
+        """(message, the client's new state rows) for the slices ``ranges`` of a channel; ``state`` holds the
+        rows ``client_state`` declared (zeros the first time). A codec without such memory just encodes."""
+        return self.encode(values, generator), {}
+
     def options(self) -> dict:
         return dict(vars(self))
 

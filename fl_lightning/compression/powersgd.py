@@ -129,6 +129,13 @@ class PowerSGD(Codec):
             new_q[span] = q.reshape(-1).to(new_q.device)
         return LowRankMessage(tensors, pieces), new_q
 
+    def client_state(self, segments, size: int) -> dict[str, int]:
+        return {"q": self.q_layout(segments, size)[1]}  # each tensor's warm-start Q
+
+    def encode_for_client(self, values, ranges, segments, size, state, generator):
+        message, q = self.encode_pieces(values, self.pieces(ranges, segments, size), state["q"], generator)
+        return message, {"q": q}
+
     def encode(self, values, generator):
         raise ConfigError("PowerSGD", "needs the upload's tensor shapes: it runs through "
                           "fl_lightning.callbacks.CompressedUpload (model.compression powersgd)")

@@ -8,7 +8,9 @@ its init args. Not by the options that may change when it resumes (the budget, e
 schedule, logging, parallel clients, threads) nor by paths: the data's identity is its content,
 checked at resume by the datamodule's fingerprint. Classes of fl-lightning enter by their class
 name, not their module path, so code can move without changing any id; settings that are None are
-left out, so a new option whose default is None (off) changes no id either. The id is a digest of
+left out, so a new option whose default is None (off) changes no id either; a built-in network's sizes
+(input features, channels, image side, classes) are the data's and are left out too, so the id is
+the same before the CLI fills them in from the data (sweep, --ckpt_path last) and after (config.yaml). The id is a digest of
 those settings; it is written at the top of the run's config.yaml and into every checkpoint, so
 that ``--ckpt_path last`` resumes only the same run and ``report`` joins the version_N pieces of
 one run and nothing else. The directory a run logs to is ``<save_dir>/<name>/<label>/version_N``:
@@ -26,6 +28,7 @@ from typing import Optional
 
 from fl_lightning.algorithms.names import import_class
 from fl_lightning.callbacks import FLCallback
+from fl_lightning.models.sizing import SIZES
 
 # Model options a resumed run may change: they steer when to stop, evaluate or test, not the algorithm.
 # parallel_clients: the same numbers, faster; channels_last: how the CPU computes (like the thread count), not what.
@@ -95,6 +98,12 @@ def identity_settings(config: dict) -> dict:
     callbacks = [{"class_path": path, "init_args": args} for path, args in numeric_callbacks(config)]
     if callbacks:
         trainer["callbacks"] = callbacks
+    network = model.get("network")
+    if isinstance(network, dict) and _class_name(str(network.get("class_path"))) != network.get("class_path"):
+        # a built-in network's sizes are the data's (filled in from it, or checked against it): the data
+        # settings say them, and the id is the same before and after they are filled in
+        model["network"] = {**network, "init_args": {k: v for k, v in (network.get("init_args") or {}).items()
+                                                     if k not in SIZES}}
     settings = {"model": model, "data": data, "seed_everything": config.get("seed_everything")}
     if trainer:
         settings["trainer"] = trainer
