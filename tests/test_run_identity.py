@@ -141,3 +141,20 @@ def test_every_kept_run_carries_the_id_of_its_settings():
         text = path.read_text()
         assert text.startswith(ID_LINE), path
         assert read_run_id(path) == run_id(yaml.safe_load(text) or {}), path
+
+
+def test_class_paths_of_moved_modules_still_resolve(capsys):
+    """Configs and kept runs written before the package layout (issue 29) name fl_lightning.powersgd.PowerSGD:
+    it parses, and it is the same run as the codec's new path."""
+    old = ["--model.compression", "fl_lightning.powersgd.PowerSGD", "--print_config"]
+    try:
+        main(["fit", "--config", QUICKSTART, *old])
+    except SystemExit as done:
+        assert done.code in (0, None)
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["model"]["compression"]["class_path"] == "fl_lightning.compression.powersgd.PowerSGD"
+    config = identity_config()
+    config["model"]["compression"] = {"class_path": "fl_lightning.powersgd.PowerSGD", "init_args": {"rank": 2}}
+    moved = identity_config()
+    moved["model"]["compression"] = {"class_path": "fl_lightning.compression.powersgd.PowerSGD", "init_args": {"rank": 2}}
+    assert run_id(config) == run_id(moved)
