@@ -77,6 +77,7 @@ class FederatedModule(pl.LightningModule):
             aggregates what arrived; a round where nobody reports changes nothing.
         max_upload_d: stop once ``comm/upload_d`` reaches this budget (paper: 1000).
         target_accuracy: log ``comm/upload_d_at_target`` when val/acc first reaches it.
+        target_metric, target_mode, target: the same for any logged metric (e.g. val/loss, min) reaching ``target``.
         test_every_n_rounds: also log test/* (the test set) every n rounds; it is always logged after the last.
         eval_every_d: evaluate val/* only when comm/upload_d crosses a multiple of this (and after the last
             round): every algorithm evaluated at the same spacing in floats uploaded (needs
@@ -101,6 +102,7 @@ class FederatedModule(pl.LightningModule):
                  server_optimizer: Optional[OptimizerCallable] = None, weighted_aggregation: bool = False,
                  compression: Optional[Codec] = None, grad_clip: Optional[float] = None, client_dropout: float = 0.0,
                  max_upload_d: Optional[float] = None, target_accuracy: Optional[float] = None,
+                 target_metric: Optional[str] = None, target_mode: Optional[str] = None, target: Optional[float] = None,
                  test_every_n_rounds: Optional[int] = None, eval_every_d: Optional[float] = None,
                  eval_train_objective: bool = False, parallel_clients: int = 1, channels_last: Optional[bool] = None,
                  system: Union[SystemModel, str, None] = None,
@@ -133,7 +135,7 @@ class FederatedModule(pl.LightningModule):
         self.global_vector: Optional[torch.Tensor] = None  # x^r, made with the server optimizer
         self.loop: Optional[FederatedLoop] = None
         self.client_state: Optional[ClientStateStore] = None  # c_i, h_i, e_i of every client, on disk
-        self.rounds = RoundLog(target_accuracy)  # rows, curve, upload at the target
+        self.rounds = RoundLog(target_accuracy, target_metric, target_mode, target)  # rows, curve, upload at the target
         self.run_id: Optional[str] = None  # set by the CLI (fl_lightning.runs.identity); in every checkpoint
         self.prints_summary = True  # the one-line summary at the end of a Python-API fit (the CLI prints its own)
         self._restored: Optional[dict] = None
@@ -198,7 +200,7 @@ class FederatedModule(pl.LightningModule):
     @staticmethod
     def local_loss(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The minibatch loss of ``net`` (the working model training the client)."""
-        if isinstance(net, pl.LightningModule):
+        if is_lightning(net):
             out = net.training_step((x, y), 0)
             return out["loss"] if isinstance(out, dict) else out
         return F.cross_entropy(net(x), y)
@@ -307,7 +309,8 @@ class FederatedModule(pl.LightningModule):
         last = self.trainer.should_stop or (max_rounds is not None and 0 <= max_rounds <= rounds)
         if last or (every and rounds % every == 0):
             row.update(test_metrics(self.net, self.trainer))
-        return self.rounds.write(row, self.loop.comm.upload_d, self.current_epoch, self.trainer.loggers)
+        return self.rounds.write(row, self.loop.comm.upload_d, self.current_epoch, self.trainer.loggers,
+                                 evaluated=bool(self.evaluation.metrics))
 
     # -- evaluation of the global model ------------------------------------------------------
     def on_validation_epoch_start(self):
