@@ -86,3 +86,23 @@ def test_lightning_pytorch_module_is_not_treated_as_a_plain_module():
 def test_bad_target_options_are_one_line(options, field):
     with pytest.raises(FLUserError, match=f"^{field}: "):
         FederatedModule(make_autoencoder(pl)(), **options)
+
+
+def test_float_labels_are_refused_in_one_line_not_cast_to_class_0():
+    x = torch.randn(40, 5)
+    regression = torch.utils.data.TensorDataset(x, x.sum(1) * 0.37)  # a regression target
+    with pytest.raises(FLUserError, match=r"^train_dataset: labels must be class indices .*got -?\d.* regression"):
+        FederatedDataModule.from_datasets(regression, regression, num_clients=2)
+    # whole-number floats are class indices still
+    whole = torch.utils.data.TensorDataset(x, (torch.arange(40) % 3).float())
+    data = FederatedDataModule.from_datasets(whole, whole, num_clients=2)
+    assert data.split.train_y.dtype == torch.long and data.num_classes == 3
+
+
+def test_a_plain_module_with_the_wrong_forward_is_told_what_was_called_and_the_way_out():
+    net = torch.nn.Sequential(torch.nn.Linear(64, 10))  # cannot take 1×8×8 images
+    module = FederatedModule(net, clients_per_round=2)
+    train, test = digit_images()
+    with pytest.raises(FLUserError, match=r"^model.network: fl-lightning calls Sequential.forward\(x\) on the batch's "
+                       r"first element \(x: TensorDataset inputs of shape \(1, 8, 8\)\).*validation_step logs its own"):
+        module.check_compatible(FederatedDataModule.from_datasets(train, test, num_clients=4))
