@@ -8,6 +8,7 @@ import torch
 
 from fl_lightning import FederatedDataModule, FederatedModule
 from fl_lightning.errors import FLUserError
+from fl_lightning.runs import report
 from tests.conftest import make_trainer
 from tests.lightning_fixtures import digit_images, make_autoencoder, make_classifier
 
@@ -38,6 +39,14 @@ def test_autoencoder_reconstruction_loss_falls_and_reaches_a_target():
     # the reconstruction error reached 0.075 at a logged upload, and only once
     reached = [r for r in rows if r.get("comm/upload_d_at_target")]
     assert len(reached) == 1 and float(reached[0]["val_loss"]) <= 0.075 < float(rows[2]["val_loss"])
+    # report: the same metric as the target, from the run's metrics.csv
+    assert report.main(["runs/any_task", "--metric", "val_loss", "--mode", "min", "--target", "0.075",
+                        "--out", "rep", "--window", "1"]) == 0
+    (summary,) = list(csv.DictReader(open("rep.csv")))
+    assert float(summary["final_val_loss"]) == pytest.approx(losses[-1]) == float(summary["best_val_loss"])
+    assert float(summary["d_to_target_first"]) == float(reached[0]["comm/upload_d_at_target"])
+    with pytest.raises(FLUserError, match=r"^report --mode: say whether val_loss"):
+        report.main(["runs/any_task", "--metric", "val_loss", "--target", "0.075"])
 
 
 def test_lightning_pytorch_classifier_with_its_own_adam_and_logs():
