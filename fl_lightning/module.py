@@ -44,6 +44,7 @@ from fl_lightning.federation.round_log import RoundLog
 from fl_lightning.runs.files import wandb_id, write_start_files
 from fl_lightning.runs.plot import write_curve
 from fl_lightning.federation.seeding import run_seed
+from fl_lightning.federation.trainer_path import check_local_trainer
 from fl_lightning.systems import RoundPolicy, RoundSimulator, SystemModel, resolve_policy, resolve_system
 
 
@@ -92,6 +93,8 @@ class FederatedModule(pl.LightningModule):
             a profile name (uniform, mobile, slow_uplink), a .csv trace, or a SystemModel; None: off.
         round_policy: with a system: wait_for_all (default), deadline, over_selection, or a RoundPolicy
             (``--model.round_policy.deadline_s``, ``.beta``).
+        local_trainer: pl.Trainer options (callbacks, precision, accumulate_grad_batches, ...): each client's local
+            epochs run in such a Trainer (fl_lightning.federation.trainer_path); None: the fast path.
     """
 
     runs_federated_rounds = True  # what FLCallback.setup looks for
@@ -106,7 +109,7 @@ class FederatedModule(pl.LightningModule):
                  test_every_n_rounds: Optional[int] = None, eval_every_d: Optional[float] = None,
                  eval_train_objective: bool = False, parallel_clients: int = 1, channels_last: Optional[bool] = None,
                  system: Union[SystemModel, str, None] = None,
-                 round_policy: Union[RoundPolicy, str, None] = None):
+                 round_policy: Union[RoundPolicy, str, None] = None, local_trainer: Optional[dict] = None):
         super().__init__()
         if local_optimizer not in ("sgd", "network") or (local_optimizer == "network" and not is_lightning(network)):
             raise ConfigError("model.local_optimizer", f"got {local_optimizer!r}; choose sgd, or network when the "
@@ -116,8 +119,9 @@ class FederatedModule(pl.LightningModule):
         if self.round_policy is not None and self.system is None:
             raise ConfigError("model.round_policy", "needs a simulated system to time clients: give model.system")
         self.save_hyperparameters(ignore=["network", "server_optimizer", "algorithm", "compression", "system",
-                                          "round_policy"])
+                                          "round_policy", "local_trainer"])
         check_module_options(self.hparams)
+        check_local_trainer(local_trainer, parallel_clients)
         self.algorithm.check_with(weighted_aggregation, self.codec)
         if server_optimizer is not None and self.algorithm.changed_server_options():
             raise ConfigError("model.server_optimizer", "sets the server step itself: give its lr/momentum in its "
@@ -127,7 +131,7 @@ class FederatedModule(pl.LightningModule):
                                    "compression": codec_spec(self.codec), **used,
                                    **({"system": self.system.spec(), "round_policy": (self.round_policy or
                                        RoundPolicy()).spec()} if self.system is not None else {})})
-        self.server_optimizer = server_optimizer
+        self.server_optimizer, self.local_trainer = server_optimizer, local_trainer
         self.automatic_optimization = False
         self.net = network
         self.blocks = partition_for(network, self.algorithm)
@@ -234,7 +238,7 @@ class FederatedModule(pl.LightningModule):
         hp = self.hparams
         grad_clip = hp.grad_clip if hp.grad_clip is not None else self.algorithm.default_grad_clip()
         config = LocalConfig(hp.clients_per_round, hp.local_epochs, hp.batch_size, hp.weighted_aggregation,
-                             grad_clip, hp.client_dropout, hp.parallel_clients)
+                             grad_clip, hp.client_dropout, hp.parallel_clients, self.local_trainer)
         self.global_vector.copy_(self.flat.vector)  # x^r: the network holds it (restored on resume)
         server, local = self.optimizers()
         clients = self.trainer.datamodule.clients.to(self.device)
