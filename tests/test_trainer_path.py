@@ -26,7 +26,7 @@ def quickstart(algorithm="fedavgm", rounds=2, **options):
     return {k: float(v) for k, v in trainer.callback_metrics.items()}, module
 
 
-@pytest.mark.parametrize("algorithm", ["fedavgm", "fedprox"])
+@pytest.mark.parametrize("algorithm", ["fedavgm", "fedprox", "scaffold", "fedbcgd"])
 def test_the_users_trainer_gives_the_fast_paths_numbers(algorithm):
     fast, _ = quickstart(algorithm)
     counter = CountSteps()

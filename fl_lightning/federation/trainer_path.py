@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytorch_lightning as pl
 import torch
 
-from fl_lightning.federation.seeding import Stream, generator, seed_global_rng, stream_seed
+from fl_lightning.federation.seeding import Stream, generator, global_rng_state, seed_global_rng, stream_seed
 
 
 class ClientBatches:
@@ -46,6 +46,8 @@ class ClientStep(pl.LightningModule):
 
     def training_step(self, batch, batch_idx):
         self.client.batch = batch
+        if self.local._replays_minibatch:  # SVRG / control variates: ∇f_i(x^r; ζ) on the same draws
+            self.client.batch_rng_state = global_rng_state(batch[0].device)
         loss = self.local.loss_fn(self.net, *batch)
         self.loss_sum += loss.detach()
         return loss
@@ -97,7 +99,7 @@ def train_in_trainer(local, client) -> torch.Tensor:
     step = ClientStep(local, client)
     local.flat.grad.zero_()
     trainer.fit(step, batches)
-    client.batch = ()
+    client.batch, client.batch_rng_state = (), None
     return step.loss_sum
 
 
