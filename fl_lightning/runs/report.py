@@ -235,8 +235,9 @@ def table(groups: dict[str, list[dict]], target: float, window: int, budgets: li
         for key in keys:
             row[key], row[f"{key}_std"] = mean_std([s[key] for s in summaries])
         reached = sum(math.isfinite(s["d_to_target_sustained"]) for s in summaries)
-        row[f"paper_style_{target:g}"] = paper_cell((row[f"final_{c}"], row[f"final_{c}_std"]),
-                                                    row["d_to_target_sustained"])
+        if c == "val_acc":  # the paper's cell is an accuracy in %
+            row[f"paper_style_{target:g}"] = paper_cell((row[f"final_{c}"], row[f"final_{c}_std"]),
+                                                        row["d_to_target_sustained"])
         row["reached_sustained"] = f"{reached}/{len(summaries)}"
         rows.append(row)
     return rows
