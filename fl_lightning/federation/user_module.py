@@ -3,8 +3,10 @@
 - ``training_step`` is the local loss; its ``self.log``/``self.log_dict`` calls are collected
   (``LoggedValues``) and reach the loggers once per round, as the mean over the round's local
   steps, under the user's own names.
-- ``validation_step``, when the class defines one, runs at every evaluation of the global model
-  (its logged values averaged over batches), besides fl-lightning's own val/acc and val/loss.
+- ``validation_step`` (``test_step``), when the class defines one, is the evaluation of the global model
+  (its logged values averaged over the evaluation set's samples; fl_lightning.federation.evaluation), instead of
+  fl-lightning's own val/acc and val/loss: forward is then never called by the loop.
+- from ``pytorch_lightning`` or ``lightning.pytorch`` alike (fl_lightning.federation.namespaces).
 - ``configure_optimizers`` becomes the local optimizer with ``local_optimizer: network``
   (rebuilt over the flat parameters with the same class and settings); otherwise it is
   replaced by SGD with a one-line warning.
