@@ -115,3 +115,23 @@ def test_a_plain_module_with_the_wrong_forward_is_told_what_was_called_and_the_w
     with pytest.raises(FLUserError, match=r"^model.network: fl-lightning calls Sequential.forward\(x\) on the batch's "
                        r"first element \(x: TensorDataset inputs of shape \(1, 8, 8\)\).*validation_step logs its own"):
         module.check_compatible(FederatedDataModule.from_datasets(train, test, num_clients=4))
+
+
+def test_a_lightning_pytorch_datamodule_is_accepted_as_data():
+    class Digits(L.LightningDataModule):
+        def setup(self, stage):
+            self.train, self.val = digit_images()
+
+        def train_dataloader(self):
+            return torch.utils.data.DataLoader(self.train, batch_size=32, shuffle=True)
+
+        def val_dataloader(self):
+            return torch.utils.data.DataLoader(self.val, batch_size=64)
+
+    data = FederatedDataModule.from_datamodule(Digits(), num_clients=5, partition="iid")
+    data.setup("fit")
+    train, test = digit_images()
+    assert torch.equal(data.split.test_y, test.tensors[1]) and data.num_clients == 5 and data.num_classes == 10
+    assert len(data.split.train_y) + (0 if data.split.val_y is None else len(data.split.val_y)) == len(train)
+    with pytest.raises(FLUserError, match=r"^datamodule: list is not a LightningDataModule"):
+        FederatedDataModule.from_datamodule([])
