@@ -44,6 +44,7 @@ from fl_lightning.federation.round_log import RoundLog
 from fl_lightning.runs.files import wandb_id, write_start_files
 from fl_lightning.runs.plot import write_curve
 from fl_lightning.federation.seeding import run_seed
+from fl_lightning.federation.trainer_path import check_local_trainer
 from fl_lightning.systems import RoundPolicy, RoundSimulator, SystemModel, resolve_policy, resolve_system
 from fl_lightning.privacy import ClientDP, PrivacyOptions, resolve_privacy
 from fl_lightning.privacy.options import check_algorithm as check_privacy
@@ -79,6 +80,7 @@ class FederatedModule(pl.LightningModule):
             aggregates what arrived; a round where nobody reports changes nothing.
         max_upload_d: stop once ``comm/upload_d`` reaches this budget (paper: 1000).
         target_accuracy: log ``comm/upload_d_at_target`` when val/acc first reaches it.
+        target_metric, target_mode, target: the same for any logged metric (e.g. val/loss, min) reaching ``target``.
         test_every_n_rounds: also log test/* (the test set) every n rounds; it is always logged after the last.
         eval_every_d: evaluate val/* only when comm/upload_d crosses a multiple of this (and after the last
             round): every algorithm evaluated at the same spacing in floats uploaded (needs
@@ -95,6 +97,8 @@ class FederatedModule(pl.LightningModule):
             (``--model.round_policy.deadline_s``, ``.beta``).
         privacy: client-level DP (fl_lightning.privacy.PrivacyOptions): ``--model.privacy.noise_multiplier Z``
             (or ``.target_epsilon``), ``.clip C``, ``.adaptive_quantile``, ``.epsilon_budget``, ``.delta``; None: off.
+        local_trainer: pl.Trainer options (callbacks, precision, accumulate_grad_batches, ...): each client's local
+            epochs run in such a Trainer (fl_lightning.federation.trainer_path); None: the fast path.
     """
 
     runs_federated_rounds = True  # what FLCallback.setup looks for
@@ -105,10 +109,12 @@ class FederatedModule(pl.LightningModule):
                  server_optimizer: Optional[OptimizerCallable] = None, weighted_aggregation: bool = False,
                  compression: Optional[Codec] = None, grad_clip: Optional[float] = None, client_dropout: float = 0.0,
                  max_upload_d: Optional[float] = None, target_accuracy: Optional[float] = None,
+                 target_metric: Optional[str] = None, target_mode: Optional[str] = None, target: Optional[float] = None,
                  test_every_n_rounds: Optional[int] = None, eval_every_d: Optional[float] = None,
                  eval_train_objective: bool = False, parallel_clients: int = 1, channels_last: Optional[bool] = None,
                  system: Union[SystemModel, str, None] = None,
-                 round_policy: Union[RoundPolicy, str, None] = None, privacy: Optional[PrivacyOptions] = None):
+                 round_policy: Union[RoundPolicy, str, None] = None, privacy: Optional[PrivacyOptions] = None,
+                 local_trainer: Optional[dict] = None):
         super().__init__()
         if local_optimizer not in ("sgd", "network") or (local_optimizer == "network" and not is_lightning(network)):
             raise ConfigError("model.local_optimizer", f"got {local_optimizer!r}; choose sgd, or network when the "
@@ -118,8 +124,10 @@ class FederatedModule(pl.LightningModule):
         if self.round_policy is not None and self.system is None:
             raise ConfigError("model.round_policy", "needs a simulated system to time clients: give model.system")
         self.save_hyperparameters(ignore=["network", "server_optimizer", "algorithm", "compression", "system",
-                                          "round_policy", "privacy"])
+                                          "round_policy", "privacy",
+                                          "local_trainer"])
         check_module_options(self.hparams)
+        check_local_trainer(local_trainer, parallel_clients)
         self.algorithm.check_with(weighted_aggregation, self.codec)
         self.privacy = resolve_privacy(privacy)  # privacy (issue 31): None is off, nothing below changes
         if self.privacy is not None:
@@ -133,7 +141,7 @@ class FederatedModule(pl.LightningModule):
                                    "compression": codec_spec(self.codec), **used,
                                    **({"system": self.system.spec(), "round_policy": (self.round_policy or
                                        RoundPolicy()).spec()} if self.system is not None else {})})
-        self.server_optimizer = server_optimizer
+        self.server_optimizer, self.local_trainer = server_optimizer, local_trainer
         self.automatic_optimization = False
         self.net = network
         self.blocks = partition_for(network, self.algorithm)
@@ -141,7 +149,7 @@ class FederatedModule(pl.LightningModule):
         self.global_vector: Optional[torch.Tensor] = None  # x^r, made with the server optimizer
         self.loop: Optional[FederatedLoop] = None
         self.client_state: Optional[ClientStateStore] = None  # c_i, h_i, e_i of every client, on disk
-        self.rounds = RoundLog(target_accuracy)  # rows, curve, upload at the target
+        self.rounds = RoundLog(target_accuracy, target_metric, target_mode, target)  # rows, curve, upload at the target
         self.run_id: Optional[str] = None  # set by the CLI (fl_lightning.runs.identity); in every checkpoint
         self.prints_summary = True  # the one-line summary at the end of a Python-API fit (the CLI prints its own)
         self._restored: Optional[dict] = None
@@ -211,7 +219,7 @@ class FederatedModule(pl.LightningModule):
     @staticmethod
     def local_loss(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The minibatch loss of ``net`` (the working model training the client)."""
-        if isinstance(net, pl.LightningModule):
+        if is_lightning(net):
             out = net.training_step((x, y), 0)
             return out["loss"] if isinstance(out, dict) else out
         return F.cross_entropy(net(x), y)
@@ -245,7 +253,7 @@ class FederatedModule(pl.LightningModule):
         hp = self.hparams
         grad_clip = hp.grad_clip if hp.grad_clip is not None else self.algorithm.default_grad_clip()
         config = LocalConfig(hp.clients_per_round, hp.local_epochs, hp.batch_size, hp.weighted_aggregation,
-                             grad_clip, hp.client_dropout, hp.parallel_clients)
+                             grad_clip, hp.client_dropout, hp.parallel_clients, self.local_trainer)
         self.global_vector.copy_(self.flat.vector)  # x^r: the network holds it (restored on resume)
         server, local = self.optimizers()
         clients = self.trainer.datamodule.clients.to(self.device)
@@ -325,7 +333,8 @@ class FederatedModule(pl.LightningModule):
         last = self.trainer.should_stop or (max_rounds is not None and 0 <= max_rounds <= rounds)
         if last or (every and rounds % every == 0):
             row.update(test_metrics(self.net, self.trainer))
-        return self.rounds.write(row, self.loop.comm.upload_d, self.current_epoch, self.trainer.loggers)
+        return self.rounds.write(row, self.loop.comm.upload_d, self.current_epoch, self.trainer.loggers,
+                                 evaluated=bool(self.evaluation.metrics))
 
     # -- evaluation of the global model ------------------------------------------------------
     def on_validation_epoch_start(self):

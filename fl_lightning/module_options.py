@@ -9,6 +9,7 @@ from fl_lightning.algorithms.names import import_class
 from fl_lightning.compression import CODECS
 from fl_lightning.compression.codecs import Codec
 from fl_lightning.errors import ConfigError, check_accuracy
+from fl_lightning.federation.evaluation import evaluates_itself
 from fl_lightning.federation.parallel import check_parallel_clients
 from fl_lightning.models.sizing import check_network_fits
 from fl_lightning.models.timm_models import timm_input_config
@@ -77,11 +78,25 @@ def check_module_options(hp) -> None:
     if hp["weight_decay"] < 0:
         raise ConfigError("model.weight_decay", f"must be ≥ 0, got {hp['weight_decay']}")
     check_accuracy("model.target_accuracy", hp.get("target_accuracy"))
+    check_target(hp)
     if not 0.0 <= hp["client_dropout"] < 1.0:
         raise ConfigError("model.client_dropout", f"must be in [0, 1), got {hp['client_dropout']}")
 
 
-
+def check_target(hp) -> None:
+    """target_metric/target_mode/target: any logged metric as the target (val/acc with target_accuracy)."""
+    metric, mode, target = hp.get("target_metric"), hp.get("target_mode"), hp.get("target")
+    if mode is not None and mode not in ("min", "max"):
+        raise ConfigError("model.target_mode", f"got {mode!r}; choose min (e.g. a loss) or max (e.g. an accuracy)")
+    if target is not None and hp.get("target_accuracy") is not None:
+        raise ConfigError("model.target", "give target (with target_metric) or target_accuracy (val/acc), not both")
+    if (metric is not None or mode is not None) and target is None and not (metric in (None, "val/acc") and
+                                                                            hp.get("target_accuracy") is not None):
+        raise ConfigError("model.target", f"target_metric {metric or 'val/acc'} needs the value to reach: "
+                          "--model.target V")
+    if target is not None and metric is None and mode is None:
+        raise ConfigError("model.target_metric", "target needs the metric it applies to: --model.target_metric "
+                          "NAME (any logged metric, e.g. val/loss) and --model.target_mode min|max")
 
 
 def check_compatible(module, datamodule) -> None:
@@ -97,6 +112,7 @@ def check_compatible(module, datamodule) -> None:
     if module.blocks is not None and s < module.blocks.num_blocks:
         raise ConfigError("model.clients_per_round", f"S={s} < N={module.blocks.num_blocks} blocks: every block "
                           "needs a client each round; raise S or lower model.algorithm.num_blocks")
-    check_network_fits(module.net, datamodule, module.flat.device)
+    if not evaluates_itself(module.net):  # its own validation_step: forward and logits are never needed
+        check_network_fits(module.net, datamodule, module.flat.device)
     if module.hparams.parallel_clients > 1:
         check_parallel_clients(module.flat, module.local_loss, datamodule.clients, module.hparams.batch_size)

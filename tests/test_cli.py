@@ -57,7 +57,7 @@ BAD_INPUTS = [
     (["--model.algorithm", "fedfoo"], "model.algorithm", "choose one of fedavg, fedavgm"),
     (["--data.dataset", "imagenet9"], "data.dataset", "choose one of"),
     (["--model.network.class_path", "fl_lightning.models.NoSuchNet"], "model.network", "NoSuchNet"),
-    (["--model.network.init_args.num_classes", "7"], "model.network", "outputs 7 classes"),
+    (["--model.network.init_args.num_classes", "7"], "model.network", "returned (2, 7), but val/acc needs class logits (batch, 10)"),
     (["--data.dirichlet_rho", "0"], "data.dirichlet_rho", "must be > 0"),
     (["--data.dirichlet_rho", "-0.5"], "data.dirichlet_rho", "must be > 0"),
     (["--model.lr", "0"], "model.lr", "must be > 0"),
@@ -84,7 +84,7 @@ BAD_INPUTS = [
     (["--trainer.max_epochs", "0"], "trainer.max_epochs", "is 0: a fit needs at least one round"),
     (["--model.target_accuracy", "90"], "model.target_accuracy", "a fraction in (0, 1], got 90; write 0.9 for 90 %"),
     (["--model.network.init_args.in_features", "784"], "model.network",  # a size given explicitly is kept
-     "set the network's input size to 64 (fl_lightning.models.MLP: --model.network.init_args.in_features 64)"),
+     "MLP.forward(x) on the batch's first element (x: digits inputs of shape (1, 8, 8)) for val/acc and it failed: mat1 and mat2 shapes cannot be multiplied (2x64 and 784x200); set --model.network.init_args.in_features 64"),
     *([(["--trainer.logger", "pytorch_lightning.loggers.TensorBoardLogger", "--trainer.logger.save_dir", "tb"],
         "trainer.logger", "TensorBoardLogger needs the tensorboard package")]
       if not any(importlib.util.find_spec(m) for m in ("tensorboard", "tensorboardX")) else []),
@@ -118,7 +118,9 @@ def test_built_in_networks_take_their_sizes_from_the_data(tmp_path, capsys):
     network = yaml.safe_load(Path(config).read_text())["model"]["network"]["init_args"]
     assert (network["in_features"], network["num_classes"]) == (192, 3)
     assert main([*args, "--model.network", "fl_lightning.models.LeNet5"]) == 2  # 8 pixels: too small for LeNet-5
-    assert "model.network: cannot take imagefolder inputs of shape (3, 8, 8)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "model.network: fl-lightning calls LeNet5.forward(x) on the batch's first element (x: imagefolder inputs " \
+        "of shape (3, 8, 8))" in err and "validation_step logs its own metrics" in err and "set the network's input size" not in err
 
 
 def test_resume_with_another_network_is_one_line(capsys):

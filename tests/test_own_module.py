@@ -60,8 +60,14 @@ def test_own_logs_validation_and_hparams_reach_the_run():
         # the mean over the round's local steps, as train/loss (the same losses)
         assert float(row["mine/loss"]) == pytest.approx(float(row["train/loss"]), rel=1e-6)
         assert 1.0 <= float(row["mine/batch"]) <= 16.0
-        # the network's validation_step ran on the global model: its error is 1 − fl-lightning's val/acc
-        assert float(row["mine/val_error"]) == pytest.approx(1 - float(row["val/acc"]), abs=0.02)
+        # the network's validation_step is the evaluation (issue 30): no val/acc of fl-lightning's own
+        assert "val/acc" not in row and "val/loss" not in row
+    # its error, the mean over the evaluation set's samples, on the global model
+    split = module.trainer.datamodule.split
+    x, y = (split.val_x, split.val_y) if split.val_x is not None else (split.test_x, split.test_y)
+    with torch.no_grad():
+        error = (module.net(x).argmax(1) != y).float().mean().item()
+    assert float(rows[-1]["mine/val_error"]) == pytest.approx(error, abs=1e-6)
     assert hparams["network/hidden"] == 24 and hparams["algorithm"]["class_path"] == "fl_lightning.algorithms.fedavg.FedAvg"
     assert isinstance(module.loop.optimizer, torch.optim.SGD)
     # after the run the module's own self.log is its own again

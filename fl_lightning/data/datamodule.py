@@ -172,6 +172,27 @@ class FederatedDataModule(pl.LightningDataModule):
         datamodule.split = split
         return datamodule
 
+    @classmethod
+    def from_datamodule(cls, datamodule, **kwargs) -> "FederatedDataModule":
+        """Federate a user's ``LightningDataModule`` (``pytorch_lightning`` or ``lightning.pytorch``): its
+        ``train_dataloader()`` data is split among clients, its ``test_dataloader()`` (else
+        ``val_dataloader()``) is the global test set. Keyword arguments as ``from_datasets``."""
+        from fl_lightning.federation.namespaces import bases
+
+        if not isinstance(datamodule, bases("LightningDataModule")):
+            raise ConfigError("datamodule", f"{type(datamodule).__name__} is not a LightningDataModule (of "
+                              "pytorch_lightning or lightning.pytorch); use from_datasets for torch Datasets")
+        datamodule.prepare_data()
+        datamodule.setup("fit")
+        train = datamodule.train_dataloader()
+        base = next(b for b in bases("LightningDataModule") if isinstance(datamodule, b))
+        if type(datamodule).test_dataloader is not base.test_dataloader:  # it defines its own test set
+            datamodule.setup("test")
+            test = datamodule.test_dataloader()
+        else:
+            test = datamodule.val_dataloader()
+        return cls.from_datasets(train, test, **kwargs)
+
     # -- Lightning hooks --------------------------------------------------------------
     def check(self) -> None:
         """Fail fast if the data set is missing (called by the CLI before a run directory exists)."""

@@ -40,7 +40,7 @@ def read_dataset(dataset, field: str) -> tuple[torch.Tensor, torch.Tensor]:
     if getattr(dataset, "transform", None) is None and hasattr(dataset, "data") and hasattr(dataset, "targets"):
         data = torch.as_tensor(np.asarray(dataset.data))
         x = to_nchw_uint8(data) if data.dtype == torch.uint8 and data.ndim in (3, 4) else data
-        return x, torch.as_tensor(np.asarray(dataset.targets)).long()
+        return x, class_indices(torch.as_tensor(np.asarray(dataset.targets)), field)
     if len(dataset) == 0:
         raise ConfigError(field, "the data set is empty")
     inputs, labels = [], []
@@ -49,11 +49,22 @@ def read_dataset(dataset, field: str) -> tuple[torch.Tensor, torch.Tensor]:
         if not isinstance(item, (tuple, list)) or len(item) < 2:
             raise ConfigError(field, f"item {index} is a {type(item).__name__}; items must be (input, label)")
         inputs.append(_as_tensor(item[0]))
-        labels.append(int(item[1]))
+        labels.append(torch.as_tensor(np.asarray(item[1])))
     x = torch.stack(inputs)
     if x.dtype == torch.uint8 and x.ndim == 3:
         x = x.unsqueeze(1)
-    return x, torch.tensor(labels, dtype=torch.long)
+    return x, class_indices(torch.stack(labels), field)
+
+
+def class_indices(labels: torch.Tensor, field: str) -> torch.Tensor:
+    """Labels as class indices, or one line: a float label (regression) is never silently cast to a class."""
+    if labels.ndim != 1 or (labels.is_floating_point() and not torch.equal(labels, labels.round())):
+        example = labels.flatten()[0].item() if labels.ndim != 1 else labels[labels != labels.round()][0].item()
+        raise ConfigError(field, f"labels must be class indices (one integer per item), got {example:g} of "
+                          f"shape {tuple(labels.shape[1:])} per item: fl-lightning's data partitions and built-in "
+                          "classification metrics (val/acc) need classes; regression targets are not supported "
+                          "as labels")
+    return labels.long()
 
 
 def split_from_datasets(train_dataset, test_dataset, opts: DataOptions, num_classes: Optional[int] = None,

@@ -1,5 +1,10 @@
 """Evaluation of the global model: accuracy and loss on a data set, the network's own logged metrics, the
-global training objective, and ``model.eval_every_d``'s schedule (``GlobalEvaluation``)."""
+global training objective, and ``model.eval_every_d``'s schedule (``GlobalEvaluation``).
+
+A LightningModule that defines its own ``validation_step`` (or ``test_step``) is evaluated by it alone: what it
+logs, averaged over the evaluation set's samples and summed over ranks, is the evaluation, and ``forward`` is
+never called here (any task: reconstruction, regression, ...). Other networks get val/acc and val/loss from
+their class logits."""
 from __future__ import annotations
 
 import math
@@ -21,18 +26,38 @@ def batch_sums(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor
     return torch.stack([loss, (logits.argmax(-1) == y).sum().float(), torch.tensor(float(len(y)), device=x.device)])
 
 
+def own_hook(net: nn.Module, hook: str) -> Optional[str]:
+    """The network's own evaluation hook for ``hook`` (a missing test_step falls back to its validation_step)."""
+    return next((name for name in (hook, "validation_step") if overrides(net, name)), None)
+
+
+def evaluates_itself(net: nn.Module) -> bool:
+    """A LightningModule with its own validation_step: the loop needs neither forward nor class logits."""
+    return own_hook(net, "validation_step") is not None
+
+
 @torch.no_grad()
 def test_metrics(net: nn.Module, trainer: pl.Trainer) -> dict[str, float]:
-    """test/acc and test/loss of the global model on the test set (the number papers report)."""
+    """test/acc and test/loss of the global model on the test set (the number papers report); for a network
+    that evaluates itself, what its test_step (else validation_step) logs there, under test/ names."""
     datamodule, was_training = trainer.datamodule, net.training
     device = next(net.parameters()).device
+    hook, logs = own_hook(net, "test_step"), LoggedValues()
     net.eval()
     sums = []
-    for x, y in datamodule.test_dataloader():
+    for batch_idx, (x, y) in enumerate(datamodule.test_dataloader()):
         x, y = x.to(device), y.to(device)
         with trainer.precision_plugin.forward_context():
-            sums.append(batch_sums(net, datamodule.eval_transform(x), y))
+            if hook is None:
+                sums.append(batch_sums(net, datamodule.eval_transform(x), y))
+                continue
+            logs.weight = len(y)
+            with logging_into(net, logs):
+                getattr(net, hook)((datamodule.eval_transform(x), y), batch_idx)
     net.train(was_training)
+    if hook is not None:
+        means = logs.pop_means(Collective(trainer.strategy))
+        return {name if name.startswith("test") else f"test/{name}": value for name, value in means.items()}
     loss, correct, count = summed_over_ranks(sums, device, Collective(trainer.strategy)).tolist()
     return {"test/acc": correct / count, "test/loss": loss / count}
 
@@ -67,6 +92,7 @@ class GlobalEvaluation:
         self.metrics: dict[str, float] = {}  # this round's val/* (its log row)
         self._sums: list[torch.Tensor] = []
         self._logs = LoggedValues()  # the network's own self.log calls
+        self._own = False  # this evaluation ran the network's own hook
 
     def start(self, trainer: pl.Trainer, upload_d: Optional[float]) -> None:
         self.skip = not self._due(trainer, upload_d)
@@ -82,12 +108,15 @@ class GlobalEvaluation:
             return True
         return False
 
-    def step(self, net: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_idx: int, own_hook: str) -> None:
+    def step(self, net: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_idx: int, hook_name: str) -> None:
         if self.skip:
             return
-        if overrides(net, own_hook):  # the network's own validation_step / test_step
+        hook = own_hook(net, hook_name)
+        if hook is not None:  # the network's own validation_step / test_step is the evaluation
+            self._own, self._logs.weight = True, len(y)
             with logging_into(net, self._logs):
-                getattr(net, own_hook)((x, y), batch_idx)
+                getattr(net, hook)((x, y), batch_idx)
+            return
         self._sums.append(batch_sums(net, x, y))
 
     def end(self, prefix: str, device: torch.device, collective: Collective) -> Optional[dict[str, float]]:
@@ -95,6 +124,9 @@ class GlobalEvaluation:
         if self.skip:
             self.skip = False
             return None
+        if self._own:
+            self._own = False
+            return self._logs.pop_means(collective)
         loss, correct, count = summed_over_ranks(self._sums, device, collective).tolist()
         self._sums = []
         return {**self._logs.pop_means(collective), f"{prefix}/acc": correct / count, f"{prefix}/loss": loss / count}

@@ -32,6 +32,7 @@ class LocalConfig:
     grad_clip: Optional[float] = None  # clip each local gradient's norm (the authors' code: 10)
     client_dropout: float = 0.0  # probability that a sampled client's upload never arrives
     parallel_clients: int = 1  # K: clients trained at the same time in this process
+    local_trainer: Optional[dict] = None  # Trainer options: local epochs in a user-configured pl.Trainer (issue 30)
 
 
 def call_hook(callbacks: Sequence[FLCallback], hook: str, context) -> None:
@@ -94,6 +95,10 @@ class LocalTrainer:
 
     def train_local(self, client: ClientContext) -> torch.Tensor:
         """E local epochs of minibatch SGD on the client's own data (client_step); the summed loss."""
+        if self.config.local_trainer is not None:
+            from fl_lightning.federation.trainer_path import train_in_trainer
+
+            return train_in_trainer(self, client)
         task = client.task
         x, y = self.data_of(task)
         n, batch = len(y), self.config.batch_size

@@ -14,10 +14,14 @@ import torch
 
 class RoundLog:
     """Args:
-        target_accuracy: val/acc at which ``comm/upload_d_at_target`` is logged once (None: never)."""
+        target_accuracy: val/acc at which ``comm/upload_d_at_target`` is logged once (None: never).
+        target_metric, target_mode, target: any logged metric instead, reaching ``target`` from above
+            (``min``) or below (``max``, the default)."""
 
-    def __init__(self, target_accuracy: Optional[float]):
-        self.target_accuracy = target_accuracy
+    def __init__(self, target_accuracy: Optional[float], target_metric: Optional[str] = None,
+                 target_mode: Optional[str] = None, target: Optional[float] = None):
+        self.target_accuracy = target_accuracy if target is None else target
+        self.metric, self.mode = target_metric or "val/acc", target_mode or "max"
         self.curve: dict[str, list[tuple[float, float]]] = {"val": [], "test": []}  # (comm/upload_d, acc)
         self.upload_d_at_target: Optional[float] = None
         self.row: Optional[dict] = None  # the current round's row, once written
@@ -25,7 +29,13 @@ class RoundLog:
     def start_round(self) -> None:
         self.row = None
 
-    def write(self, row: dict, upload_d: float, epoch: int, loggers) -> dict:
+    def reached(self, row: dict) -> bool:
+        value = row.get(self.metric)
+        if value is None:
+            return False
+        return value <= self.target_accuracy if self.mode == "min" else value >= self.target_accuracy
+
+    def write(self, row: dict, upload_d: float, epoch: int, loggers, evaluated: bool = False) -> dict:
         """Adds the target crossing to ``row``, extends the curve, and writes the row to every
         logger now, with the columns and step Lightning's epoch-end logging gives (``epoch``, step =
         epoch: one training batch per round)."""
@@ -33,7 +43,12 @@ class RoundLog:
             if f"{key}/acc" in row:
                 self.curve[key].append((upload_d, row[f"{key}/acc"]))
         target = self.target_accuracy
-        if target is not None and self.upload_d_at_target is None and row.get("val/acc", -1.0) >= target:
+        if target is not None and evaluated and self.metric not in row:
+            from fl_lightning.errors import ConfigError
+
+            raise ConfigError("model.target_metric", f"{self.metric} is not logged at evaluation; choose one of "
+                              f"{', '.join(sorted(k for k in row if '/' in k or '_' in k))}")
+        if target is not None and self.upload_d_at_target is None and self.reached(row):
             self.upload_d_at_target = upload_d
             row["comm/upload_d_at_target"] = upload_d
         values = {k: torch.tensor(v, dtype=torch.float64).item() for k, v in row.items()}  # byte counts stay exact

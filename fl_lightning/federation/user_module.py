@@ -3,8 +3,10 @@
 - ``training_step`` is the local loss; its ``self.log``/``self.log_dict`` calls are collected
   (``LoggedValues``) and reach the loggers once per round, as the mean over the round's local
   steps, under the user's own names.
-- ``validation_step``, when the class defines one, runs at every evaluation of the global model
-  (its logged values averaged over batches), besides fl-lightning's own val/acc and val/loss.
+- ``validation_step`` (``test_step``), when the class defines one, is the evaluation of the global model
+  (its logged values averaged over the evaluation set's samples; fl_lightning.federation.evaluation), instead of
+  fl-lightning's own val/acc and val/loss: forward is then never called by the loop.
+- from ``pytorch_lightning`` or ``lightning.pytorch`` alike (fl_lightning.federation.namespaces).
 - ``configure_optimizers`` becomes the local optimizer with ``local_optimizer: network``
   (rebuilt over the flat parameters with the same class and settings); otherwise it is
   replaced by SGD with a one-line warning.
@@ -14,20 +16,22 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-import pytorch_lightning as pl
 import torch
 
 from fl_lightning.federation.distributed import Collective
 from fl_lightning.errors import ConfigError
+from fl_lightning.federation.namespaces import is_lightning_module, lightning_base
 
 
 def is_lightning(net) -> bool:
-    return isinstance(net, pl.LightningModule)
+    """A LightningModule of either namespace (pytorch_lightning or lightning.pytorch)."""
+    return is_lightning_module(net)
 
 
 def overrides(net, hook: str) -> bool:
     """Whether the user's class defines ``hook`` itself."""
-    return is_lightning(net) and getattr(type(net), hook) is not getattr(pl.LightningModule, hook)
+    base = lightning_base(net)
+    return base is not None and getattr(type(net), hook) is not getattr(base, hook)
 
 
 class LoggedValues:
@@ -36,11 +40,13 @@ class LoggedValues:
     def __init__(self):
         self._sums: dict[str, torch.Tensor] = {}
         self._counts: dict[str, int] = {}
+        self.weight = 1  # evaluation sets the batch's size: the mean over samples, as Lightning's on_epoch
 
-    def log(self, name: str, value, *args, **kwargs) -> None:
-        value = torch.as_tensor(value).detach().float().mean()
+    def log(self, name: str, value, *args, batch_size=None, **kwargs) -> None:
+        weight = self.weight if batch_size is None else batch_size
+        value = torch.as_tensor(value).detach().float().mean() * weight
         self._sums[name] = self._sums[name] + value if name in self._sums else value
-        self._counts[name] = self._counts.get(name, 0) + 1
+        self._counts[name] = self._counts.get(name, 0) + weight
 
     def log_dict(self, dictionary: dict, *args, **kwargs) -> None:
         for name, value in dictionary.items():

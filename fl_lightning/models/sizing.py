@@ -53,22 +53,27 @@ def size_network_by_data(config, datamodule_class):
 
 
 def check_network_fits(net: nn.Module, datamodule, device: torch.device) -> None:
-    """One line naming the fix when ``net`` cannot take the data's inputs or has the wrong number of
-    outputs (the network is left in the mode it was in)."""
+    """One line naming the fix when val/acc cannot be computed: fl-lightning calls ``forward`` on the batch's
+    first element (the inputs) and needs class logits (the network is left in the mode it was in)."""
     x = datamodule.eval_transform(datamodule.split.test_x[:2].to(device))
     was_training = net.training
+    way_out = ("; or make the network a LightningModule whose validation_step logs its own metrics (then "
+               "forward is never called by fl-lightning)")
     try:
         with torch.no_grad():
             out = net.eval()(x)
     except RuntimeError as err:
         reason = str(err).splitlines()[0]
         size = math.prod(x.shape[1:])
-        fix = (f"; set the network's input size to {size} (fl_lightning.models.MLP: "
-               f"--model.network.init_args.in_features {size})" if "mat1 and mat2" in reason else "")
-        raise ConfigError("model.network", f"cannot take {datamodule.dataset} inputs of shape "
-                          f"{tuple(x.shape[1:])}: {reason}{fix}") from None
+        built_in = type(net).__module__.startswith("fl_lightning.models") and "mat1 and mat2" in reason
+        fix = f"; set --model.network.init_args.in_features {size}" if built_in else ""
+        raise ConfigError("model.network", f"fl-lightning calls {type(net).__name__}.forward(x) on the batch's first "
+                          f"element (x: {datamodule.dataset} inputs of shape {tuple(x.shape[1:])}) for val/acc and it "
+                          f"failed: {reason}{fix}{way_out}") from None
     finally:
         net.train(was_training)
-    if out.shape[-1] != datamodule.num_classes:
-        raise ConfigError("model.network", f"outputs {out.shape[-1]} classes but {datamodule.dataset} has "
-                          f"{datamodule.num_classes}; set the network's num_classes")
+    if not isinstance(out, torch.Tensor) or out.shape[-1] != datamodule.num_classes:
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ConfigError("model.network", f"{type(net).__name__}.forward(x) on the batch's first element returned "
+                          f"{shape}, but val/acc needs class logits (batch, {datamodule.num_classes}) for "
+                          f"{datamodule.dataset}; set the network's num_classes{way_out}")

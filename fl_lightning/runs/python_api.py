@@ -33,6 +33,8 @@ def summary(trainer: pl.Trainer, module) -> str:
     accuracy = {key: f"{float(metrics[key]):.4f}" if key in metrics else "n/a" for key in ("val/acc", "test/acc")}
     if module.loop is None:  # ddp_spawn: the rounds ran in spawned processes, their logs hold the run
         return f"fl-lightning: done in spawned processes, final val/acc {accuracy['val/acc']}, test/acc {accuracy['test/acc']}"
-    return (f"fl-lightning: {trainer.current_epoch} rounds, final val/acc {accuracy['val/acc']}, test/acc "
-            f"{accuracy['test/acc']}, comm/upload_d {module.loop.comm.upload_d:.2f}, run dir "
+    own = module.evaluation.metrics if "val/acc" not in metrics else {}  # the network's own evaluation
+    shown = (", ".join(f"{k} {v:.4f}" for k, v in sorted(own.items())) if own else
+             f"val/acc {accuracy['val/acc']}, test/acc {accuracy['test/acc']}")
+    return (f"fl-lightning: {trainer.current_epoch} rounds, final {shown}, comm/upload_d {module.loop.comm.upload_d:.2f}, run dir "
             f"{os.path.abspath(folder)}")

@@ -114,37 +114,47 @@ def read_settings(versions: list[Path]) -> Optional[dict]:
     return flat
 
 
-def floats_to_target(evaluated: list[dict], target: float, window: int, x_key: str = "comm/upload_d"
-                     ) -> tuple[float, float]:
+def reaches(value: float, target: float, mode: str) -> bool:
+    return value <= target if mode == "min" else value >= target
+
+
+def column(metric: str) -> str:
+    """val/acc → val_acc (the paper's columns); any other logged metric by its own name."""
+    return metric.replace("/", "_")
+
+
+def floats_to_target(evaluated: list[dict], target: float, window: int, x_key: str = "comm/upload_d",
+                     metric: str = "val/acc", mode: str = "max") -> tuple[float, float]:
     """(first touch, sustained) ``x_key`` (comm/upload_d; time/sim_s: time to target) to ``target``; inf when never."""
-    accuracy = [r["val/acc"] for r in evaluated]
-    first = next((r[x_key] for r in evaluated if r["val/acc"] >= target), math.inf)
+    accuracy = [r[metric] for r in evaluated]
+    first = next((r[x_key] for r in evaluated if reaches(r[metric], target, mode)), math.inf)
     means = [statistics.fmean(accuracy[max(0, i - window + 1):i + 1]) for i in range(len(accuracy))]
     sustained = math.inf
     for i in range(len(means) - 1, -1, -1):
-        if means[i] < target:
+        if not reaches(means[i], target, mode):
             break
         sustained = evaluated[i][x_key]
     return first, sustained
 
 
-def summarise(curve: list[dict], target: float, window: int, budgets: list[float]) -> dict:
-    evaluated = [r for r in curve if "val/acc" in r]
-    first, sustained = floats_to_target(evaluated, target, window)
+def summarise(curve: list[dict], target: float, window: int, budgets: list[float], metric: str = "val/acc",
+              mode: str = "max") -> dict:
+    evaluated, c, best = [r for r in curve if metric in r], column(metric), min if mode == "min" else max
+    first, sustained = floats_to_target(evaluated, target, window, metric=metric, mode=mode)
     if curve[-1]["comm/upload_d"] == 0:  # uploads nothing (centralised SGD): no floats to count
         first = sustained = math.nan
     summary = {"rounds": curve[-1]["round"], "upload_d_total": curve[-1]["comm/upload_d"],
-               "final_val_acc": evaluated[-1]["val/acc"], "best_val_acc": max(r["val/acc"] for r in evaluated),
+               f"final_{c}": evaluated[-1][metric], f"best_{c}": best(r[metric] for r in evaluated),
                "d_to_target_first": first, "d_to_target_sustained": sustained}
     for budget in budgets:
         within = [r for r in evaluated if r["comm/upload_d"] <= budget + 1e-9]
         reached = evaluated[-1]["comm/upload_d"] >= budget - 1e-6
-        summary[f"acc_at_{budget:g}d"] = within[-1]["val/acc"] if within and reached else math.nan
+        summary[f"{'acc' if c == 'val_acc' else c}_at_{budget:g}d"] = within[-1][metric] if within and reached else math.nan
         if "train/objective" in evaluated[-1]:
             summary[f"objective_at_{budget:g}d"] = within[-1]["train/objective"] if within and reached else math.nan
     if "time/sim_s" in evaluated[-1]:  # issue 32: simulated seconds to the target, first and sustained
         summary["sim_s_to_target_first"], summary["sim_s_to_target_sustained"] = floats_to_target(
-            evaluated, target, window, "time/sim_s")
+            evaluated, target, window, "time/sim_s", metric, mode)
     if "train/objective" in evaluated[-1]:
         summary["final_train_objective"] = evaluated[-1]["train/objective"]
     return summary
@@ -211,12 +221,13 @@ def paper_cell(acc: tuple[float, float], floats: float) -> str:
     return f"{100 * acc[0]:.1f}{spread} ({d})"
 
 
-def table(groups: dict[str, list[dict]], target: float, window: int, budgets: list[float]) -> list[dict]:
-    rows = []
+def table(groups: dict[str, list[dict]], target: float, window: int, budgets: list[float],
+          metric: str = "val/acc") -> list[dict]:
+    rows, c = [], column(metric)
     for label, summaries in groups.items():
         row = {"group": label, "seeds": len(summaries)}
-        keys = ["final_val_acc", "best_val_acc", "d_to_target_first", "d_to_target_sustained", "upload_d_total",
-                *(f"acc_at_{b:g}d" for b in budgets)]
+        keys = [f"final_{c}", f"best_{c}", "d_to_target_first", "d_to_target_sustained", "upload_d_total",
+                *(f"{'acc' if c == 'val_acc' else c}_at_{b:g}d" for b in budgets)]
         if "final_train_objective" in summaries[0]:
             keys += [f"objective_at_{b:g}d" for b in budgets] + ["final_train_objective"]
         if all("sim_s_to_target_first" in s for s in summaries):  # issue 32: time to target, mean ± std
@@ -224,14 +235,15 @@ def table(groups: dict[str, list[dict]], target: float, window: int, budgets: li
         for key in keys:
             row[key], row[f"{key}_std"] = mean_std([s[key] for s in summaries])
         reached = sum(math.isfinite(s["d_to_target_sustained"]) for s in summaries)
-        row[f"paper_style_{target:g}"] = paper_cell((row["final_val_acc"], row["final_val_acc_std"]),
-                                                    row["d_to_target_sustained"])
+        if c == "val_acc":  # the paper's cell is an accuracy in %
+            row[f"paper_style_{target:g}"] = paper_cell((row[f"final_{c}"], row[f"final_{c}_std"]),
+                                                        row["d_to_target_sustained"])
         row["reached_sustained"] = f"{reached}/{len(summaries)}"
         rows.append(row)
     return rows
 
 
-def write_tables(rows: list[dict], out: Path, target: float, window: int) -> str:
+def write_tables(rows: list[dict], out: Path, target: float, window: int, mode: str = "max") -> str:
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.with_suffix(".csv"), "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -246,7 +258,7 @@ def write_tables(rows: list[dict], out: Path, target: float, window: int) -> str
         std = row.get(f"{key}_std", math.nan)
         return fmt(value) + ("" if math.isnan(std) or math.isinf(value) or math.isnan(value) else f" ± {fmt(std)}")
 
-    header = (f"target {target:g}; floats in d; sustained = running mean of the last {window} evaluations stays ≥ "
+    header = (f"target {target:g}; floats in d; sustained = running mean of the last {window} evaluations stays {'≤' if mode == 'min' else '≥'} "
               "target; mean ± sample std over seeds")
     lines = ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
     lines += ["| " + " | ".join(cell(r, k) for k in shown) + " |" for r in rows]
@@ -260,7 +272,8 @@ def write_tables(rows: list[dict], out: Path, target: float, window: int) -> str
     return markdown
 
 
-def plot(curves: dict[str, list[list[dict]]], out: Path, target: float, title: str, x_key: str = "comm/upload_d") -> None:
+def plot(curves: dict[str, list[list[dict]]], out: Path, target: float, title: str, x_key: str = "comm/upload_d",
+         metric: str = "val/acc") -> None:
     """Mean ± std over seeds of val/acc (and the training objective) against ``x_key``: floats uploaded,
     rounds or wall time; one colour per algorithm, line styles for its variants."""
     import matplotlib
@@ -276,10 +289,10 @@ def plot(curves: dict[str, list[list[dict]]], out: Path, target: float, title: s
         colour = colour_of(label)
         style = ["-", "--", ":", "-."][variants.setdefault(colour, 0) % 4]
         variants[colour] += 1
-        evaluated = [[r for r in curve if "val/acc" in r and x_key in r] for curve in runs]
+        evaluated = [[r for r in curve if metric in r and x_key in r] for curve in runs]
         if not all(evaluated):
             continue
-        for ax, key in zip(axes[0], ["val/acc"] + (["train/objective"] if objective else [])):
+        for ax, key in zip(axes[0], [metric] + (["train/objective"] if objective else [])):
             if not all(key in e[-1] for e in evaluated):
                 continue
             if x_key == "comm/upload_d" and max(e[-1][x_key] for e in evaluated) == 0:  # uploads nothing
@@ -293,7 +306,7 @@ def plot(curves: dict[str, list[list[dict]]], out: Path, target: float, title: s
             if len(runs) > 1:
                 std = values.std(0, ddof=1)
                 ax.fill_between(grid, values.mean(0) - std, values.mean(0) + std, color=line.get_color(), alpha=0.2)
-    axes[0][0].set(xlabel=AXES[x_key], ylabel=AXES["val/acc"], title=title)
+    axes[0][0].set(xlabel=AXES[x_key], ylabel=AXES.get(metric, metric), title=title)
     axes[0][0].axhline(target, color="grey", lw=0.8, ls="--", label=f"target {target:g}")
     if objective:
         axes[0][1].set(xlabel=AXES[x_key], ylabel=AXES["train/objective"], yscale="log")
@@ -304,7 +317,9 @@ def plot(curves: dict[str, list[list[dict]]], out: Path, target: float, title: s
 def main(args: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="fl-lightning report", description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run directories, or folders holding them")
-    parser.add_argument("--target", type=float, required=True, help="target val/acc, e.g. 0.7")
+    parser.add_argument("--target", type=float, required=True, help="target val/acc (or --metric), e.g. 0.7")
+    parser.add_argument("--metric", default="val/acc", help="any logged evaluation metric (default val/acc)")
+    parser.add_argument("--mode", choices=("min", "max"), help="min: lower is better (a loss); default max")
     parser.add_argument("--out", type=Path, default=Path("report"), help="output prefix (.md, .csv, .tex, .png)")
     parser.add_argument("--window", type=int, default=3, help="k of the sustained floats-to-target (default 3)")
     parser.add_argument("--at-d", default="", help="budgets in d, e.g. 10,25,50: val/acc at each")
@@ -314,7 +329,12 @@ def main(args: list[str]) -> int:
     parser.add_argument("--label", choices=("settings", "dir"), default="settings",
                         help="name groups by the settings that differ (default) or by run directory")
     options = parser.parse_args(args)
-    check_accuracy("report --target", options.target)
+    if options.metric == "val/acc":
+        check_accuracy("report --target", options.target)
+    elif options.mode is None:
+        raise ConfigError("report --mode", f"say whether {options.metric} is better low (min, e.g. a loss) or "
+                          "high (max)")
+    metric, mode = options.metric, options.mode or "max"
     for path in options.runs:
         if not path.exists():
             raise ConfigError("report", f"{path}: no such directory")
@@ -324,8 +344,8 @@ def main(args: list[str]) -> int:
     for run, versions in runs.items():
         check_one_run(run, versions)
         curve = read_curve(versions)
-        if not any("val/acc" in r for r in curve):
-            skipped.append(f"{run}: no val/acc logged")
+        if not any(metric in r for r in curve):
+            skipped.append(f"{run}: no {metric} logged")
             continue
         curves[run] = curve
     for line in skipped:
@@ -336,11 +356,11 @@ def main(args: list[str]) -> int:
         raise ConfigError("report", f"no run with metrics under {', '.join(map(str, options.runs))} "
                           "(a run is a folder with version_N/metrics.csv)")
     groups = group_runs({run: read_settings(runs[run]) for run in curves}, by_dir=options.label == "dir")
-    summaries = {label: [summarise(curves[r], options.target, options.window, budgets) for r in runs]
+    summaries = {label: [summarise(curves[r], options.target, options.window, budgets, metric, mode) for r in runs]
                  for label, runs in groups.items()}
-    print(write_tables(table(summaries, options.target, options.window, budgets), options.out, options.target,
-                       options.window), end="")
+    print(write_tables(table(summaries, options.target, options.window, budgets, metric), options.out,
+                       options.target, options.window, mode), end="")
     plot({label: [curves[r] for r in runs] for label, runs in groups.items()}, options.out, options.target,
-         options.title, X_AXES[options.x])
+         options.title, X_AXES[options.x], metric)
     print(f"fl-lightning report: {len(curves)} runs in {len(groups)} groups → {options.out}.md/.csv/.tex/.png/.pdf")
     return 0

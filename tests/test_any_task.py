@@ -1,0 +1,137 @@
+"""Any task, either Lightning namespace: a LightningModule's own validation_step is the evaluation (issue 30)."""
+import csv
+
+import lightning.pytorch as L
+import pytest
+import pytorch_lightning as pl
+import torch
+
+from fl_lightning import FederatedDataModule, FederatedModule
+from fl_lightning.errors import FLUserError
+from fl_lightning.runs import report
+from tests.conftest import make_trainer
+from tests.lightning_fixtures import digit_images, make_autoencoder, make_classifier
+
+
+def fit(network, rounds=4, logger_ns=pl, callbacks=(), **hparams):
+    torch.manual_seed(0)
+    module = FederatedModule(network, algorithm="fedavg", clients_per_round=4, batch_size=25, **hparams)
+    logger = logger_ns.loggers.CSVLogger("runs", name="any_task")
+    trainer = make_trainer(rounds, logger=logger, callbacks=list(callbacks))
+    train, test = digit_images()
+    trainer.fit(module, FederatedDataModule.from_datasets(train, test, num_clients=8, partition="iid"))
+    with open(f"{logger.log_dir}/metrics.csv") as f:
+        return module, trainer, [row for row in csv.DictReader(f) if row.get("round")]
+
+
+def test_autoencoder_reconstruction_loss_falls_and_reaches_a_target():
+    torch.manual_seed(0)
+    net = make_autoencoder(pl)()
+    with pytest.raises(RuntimeError):  # forward on the raw image batch cannot work: the loop must never call it
+        net(torch.zeros(2, 1, 8, 8))
+    module, trainer, rows = fit(net, rounds=6, local_optimizer="network", lr_decay=1.0,
+                                target_metric="val_loss", target_mode="min", target=0.075)
+    losses = [float(r["val_loss"]) for r in rows]
+    print("val_loss per round:", [round(v, 4) for v in losses])
+    assert losses[-1] < 0.75 * losses[0] and all(b < a for a, b in zip(losses, losses[1:]))
+    assert "val/acc" not in rows[0] and "test_loss" in rows[-1] and "test/acc" not in rows[-1]
+    assert float(rows[-1]["train_loss"]) > 0
+    # the reconstruction error reached 0.075 at a logged upload, and only once
+    reached = [r for r in rows if r.get("comm/upload_d_at_target")]
+    assert len(reached) == 1 and float(reached[0]["val_loss"]) <= 0.075 < float(rows[2]["val_loss"])
+    # report: the same metric as the target, from the run's metrics.csv
+    assert report.main(["runs/any_task", "--metric", "val_loss", "--mode", "min", "--target", "0.075",
+                        "--out", "rep", "--window", "1"]) == 0
+    (summary,) = list(csv.DictReader(open("rep.csv")))
+    assert float(summary["final_val_loss"]) == pytest.approx(losses[-1]) == float(summary["best_val_loss"])
+    assert float(summary["d_to_target_first"]) == float(reached[0]["comm/upload_d_at_target"])
+    with pytest.raises(FLUserError, match=r"^report --mode: say whether val_loss"):
+        report.main(["runs/any_task", "--metric", "val_loss", "--target", "0.075"])
+
+
+def test_lightning_pytorch_classifier_with_its_own_adam_and_logs():
+    module, trainer, rows = fit(make_classifier(L)(), rounds=4, local_optimizer="network", lr_decay=1.0,
+                                logger_ns=L)
+    assert type(module.loop.optimizer) is torch.optim.Adam and module.loop.optimizer.param_groups[0]["lr"] == 1e-2
+    accs = [float(r["valid_acc"]) for r in rows]
+    print("valid_acc per round:", [round(a, 4) for a in accs])
+    assert accs[-1] > 0.8 and "val/acc" not in rows[-1] and "train_loss" in rows[-1]
+    # valid_acc is the mean over the evaluation set's samples (Lightning's on_epoch), recomputed here
+    split = trainer.datamodule.split
+    x, y = (split.val_x, split.val_y) if split.val_x is not None else (split.test_x, split.test_y)
+    with torch.no_grad():
+        assert accs[-1] == pytest.approx((module.net(x).argmax(1) == y).float().mean().item(), abs=1e-6)
+
+
+def test_the_same_module_in_both_namespaces_gives_the_same_numbers():
+    class Count(L.Callback):  # a lightning.pytorch callback on fl-lightning's Trainer runs too
+        rounds = 0
+
+        def on_train_epoch_end(self, trainer, pl_module):
+            Count.rounds += 1
+
+    rows = {}
+    for ns in (pl, L):
+        _, _, rows[ns.__name__] = fit(make_classifier(ns)(), rounds=2, local_optimizer="network",
+                                      callbacks=[Count()])
+    keys = ("train_loss", "valid_acc", "valid_loss", "train/loss")
+    assert [[r[k] for k in keys] for r in rows["pytorch_lightning"]] == \
+        [[r[k] for k in keys] for r in rows["lightning.pytorch"]]
+    assert Count.rounds == 4
+
+
+def test_lightning_pytorch_module_is_not_treated_as_a_plain_module():
+    # local_optimizer network needs a LightningModule: one from lightning.pytorch is one
+    module = FederatedModule(make_classifier(L)(), local_optimizer="network")
+    assert module.hparams.network_optimizer == "torch.optim.adam.Adam"
+
+
+@pytest.mark.parametrize("options, field", [
+    (dict(target_metric="val_loss"), "model.target"),
+    (dict(target=0.1), "model.target_metric"),
+    (dict(target_metric="val_loss", target_mode="lowest", target=0.1), "model.target_mode"),
+    (dict(target_metric="val_loss", target=0.1, target_accuracy=0.5), "model.target"),
+])
+def test_bad_target_options_are_one_line(options, field):
+    with pytest.raises(FLUserError, match=f"^{field}: "):
+        FederatedModule(make_autoencoder(pl)(), **options)
+
+
+def test_float_labels_are_refused_in_one_line_not_cast_to_class_0():
+    x = torch.randn(40, 5)
+    regression = torch.utils.data.TensorDataset(x, x.sum(1) * 0.37)  # a regression target
+    with pytest.raises(FLUserError, match=r"^train_dataset: labels must be class indices .*got -?\d.* regression"):
+        FederatedDataModule.from_datasets(regression, regression, num_clients=2)
+    # whole-number floats are class indices still
+    whole = torch.utils.data.TensorDataset(x, (torch.arange(40) % 3).float())
+    data = FederatedDataModule.from_datasets(whole, whole, num_clients=2)
+    assert data.split.train_y.dtype == torch.long and data.num_classes == 3
+
+
+def test_a_plain_module_with_the_wrong_forward_is_told_what_was_called_and_the_way_out():
+    net = torch.nn.Sequential(torch.nn.Linear(64, 10))  # cannot take 1×8×8 images
+    module = FederatedModule(net, clients_per_round=2)
+    train, test = digit_images()
+    with pytest.raises(FLUserError, match=r"^model.network: fl-lightning calls Sequential.forward\(x\) on the batch's "
+                       r"first element \(x: TensorDataset inputs of shape \(1, 8, 8\)\).*validation_step logs its own"):
+        module.check_compatible(FederatedDataModule.from_datasets(train, test, num_clients=4))
+
+
+def test_a_lightning_pytorch_datamodule_is_accepted_as_data():
+    class Digits(L.LightningDataModule):
+        def setup(self, stage):
+            self.train, self.val = digit_images()
+
+        def train_dataloader(self):
+            return torch.utils.data.DataLoader(self.train, batch_size=32, shuffle=True)
+
+        def val_dataloader(self):
+            return torch.utils.data.DataLoader(self.val, batch_size=64)
+
+    data = FederatedDataModule.from_datamodule(Digits(), num_clients=5, partition="iid")
+    data.setup("fit")
+    train, test = digit_images()
+    assert torch.equal(data.split.test_y, test.tensors[1]) and data.num_clients == 5 and data.num_classes == 10
+    assert len(data.split.train_y) + (0 if data.split.val_y is None else len(data.split.val_y)) == len(train)
+    with pytest.raises(FLUserError, match=r"^datamodule: list is not a LightningDataModule"):
+        FederatedDataModule.from_datamodule([])

@@ -1,0 +1,54 @@
+"""Issue 30 item 3: clients' local epochs in the user's own pl.Trainer give the fast path's numbers (quickstart
+settings, 2 rounds), with the algorithm's hooks as Lightning callbacks; the user's callbacks run in it."""
+import pytest
+import pytorch_lightning as pl
+import torch
+
+from fl_lightning import FederatedDataModule, FederatedModule
+from fl_lightning.models import MLP
+from tests.conftest import make_trainer
+
+
+class CountSteps(pl.Callback):
+    def __init__(self):
+        self.steps = 0
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.steps += 1
+
+
+def quickstart(algorithm="fedavgm", rounds=2, **options):
+    pl.seed_everything(0, verbose=False)
+    module = FederatedModule(MLP(64, 10, hidden=[200, 200]), algorithm=algorithm, clients_per_round=10, local_epochs=2,
+                             batch_size=10, lr=0.1, lr_decay=0.998, weight_decay=1e-3, **options)
+    trainer = make_trainer(rounds)
+    trainer.fit(module, FederatedDataModule("digits", num_clients=20, partition="dirichlet", dirichlet_rho=0.5))
+    return {k: float(v) for k, v in trainer.callback_metrics.items()}, module
+
+
+@pytest.mark.parametrize("algorithm", ["fedavgm", "fedprox", "scaffold", "fedbcgd"])
+def test_the_users_trainer_gives_the_fast_paths_numbers(algorithm):
+    fast, _ = quickstart(algorithm)
+    counter = CountSteps()
+    slow, module = quickstart(algorithm, local_trainer={"callbacks": [counter]})
+    print(algorithm, {k: (fast[k], slow[k]) for k in ("val/acc", "train/loss", "time/wall_s")})
+    for key in ("val/acc", "val/loss", "train/loss", "comm/upload_d"):
+        assert slow[key] == pytest.approx(fast[key], rel=1e-5, abs=1e-6), key
+    assert counter.steps > 0 and module.loop.local_trainer.config.local_trainer is not None
+
+
+def test_the_users_trainer_options_apply():
+    """accumulate_grad_batches 2 halves the optimizer steps (the step-end hooks count them), a user callback runs."""
+    counter = CountSteps()
+    metrics, module = quickstart("fedavg", rounds=1, local_trainer={"accumulate_grad_batches": 2,
+                                                                    "gradient_clip_val": 1.0, "callbacks": [counter]})
+    assert metrics["val/acc"] > 0.1 and counter.steps > 0
+
+
+@pytest.mark.parametrize("options, match", [({"max_epochs": 3}, "max_epochs: decided by the round"),
+                                            ([1], "needs a dict")])
+def test_bad_local_trainer_options_are_one_line(options, match):
+    from fl_lightning.errors import FLUserError
+
+    with pytest.raises(FLUserError, match=f"^model.local_trainer: {match}"):
+        FederatedModule(MLP(64, 10), local_trainer=options)
