@@ -7,6 +7,16 @@ fills its n slots one sample at a time by drawing a class from p_i and taking th
 unused sample of that class; a class that runs out is removed from every client's
 proportions. Small ρ means strong skew; ρ → ∞ approaches IID.
 
+Two more splits of personalised-FL papers (issue 33):
+
+- ``shards`` (McMahan et al. 2017's pathological non-IID split): the M·n samples used are sorted by
+  label (ties in seeded random order) and cut into M·k shards of n/k consecutive samples; each
+  client gets k shards drawn without replacement. A client then holds at most k classes (exactly k
+  unless a shard straddles a class boundary, or two of its shards share a class).
+- ``quantity`` skew: labels IID, sizes unequal. Weights w_i ~ LogNormal(0, σ²) (σ =
+  ``quantity_sigma``, default 1.0); client i gets n_i = ⌊T·w_i/Σw⌋ + (1 for the T − Σ⌊·⌋ largest
+  remainders) of T = M·n shuffled samples, at least 1 each (taken from the largest clients).
+
 All functions are plain: labels and a ``numpy.random.Generator`` in, one index tensor per
 client out.
 """
@@ -61,6 +71,36 @@ def dirichlet_partition(labels: np.ndarray, num_clients: int, rho: float, rng: n
                 remaining[:, c] = 0.0
         clients.append(torch.as_tensor(sorted(taken), dtype=torch.long))
     return clients
+
+
+def shards_partition(labels: np.ndarray, num_clients: int, classes_per_client: int, rng: np.random.Generator,
+                     samples_per_client: Optional[int] = None) -> list[torch.Tensor]:
+    n = _client_size(len(labels), num_clients, samples_per_client)
+    k = classes_per_client
+    if k < 1 or n % k:
+        raise ConfigError("data.classes_per_client", f"must be ≥ 1 and divide the {n} samples per client, got {k}; "
+                          "change data.classes_per_client or data.samples_per_client")
+    used = rng.permutation(len(labels))[: n * num_clients]
+    ordered = used[np.argsort(labels[used], kind="stable")]  # by label; ties in the seeded random order
+    shards = ordered.reshape(num_clients * k, n // k)
+    owner = rng.permutation(num_clients * k).reshape(num_clients, k)
+    return [torch.as_tensor(np.sort(shards[row].reshape(-1)), dtype=torch.long) for row in owner]
+
+
+def quantity_partition(labels: np.ndarray, num_clients: int, sigma: float, rng: np.random.Generator,
+                       samples_per_client: Optional[int] = None) -> list[torch.Tensor]:
+    n = _client_size(len(labels), num_clients, samples_per_client)
+    total = n * num_clients
+    weights = rng.lognormal(0.0, sigma, size=num_clients)
+    exact = total * weights / weights.sum()
+    sizes = np.floor(exact).astype(np.int64)
+    sizes[np.argsort(-(exact - sizes), kind="stable")[: total - sizes.sum()]] += 1
+    for i in np.flatnonzero(sizes == 0):  # every client holds at least one sample
+        sizes[int(np.argmax(sizes))] -= 1
+        sizes[i] = 1
+    order = rng.permutation(len(labels))[:total]
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    return [torch.as_tensor(np.sort(order[a:b]), dtype=torch.long) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 def class_histogram(labels: torch.Tensor, client_indices: list[torch.Tensor], num_classes: int) -> torch.Tensor:
