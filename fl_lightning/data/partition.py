@@ -9,10 +9,12 @@ proportions. Small ρ means strong skew; ρ → ∞ approaches IID.
 
 Two more splits of personalised-FL papers (issue 33):
 
-- ``shards`` (McMahan et al. 2017's pathological non-IID split): the M·n samples used are sorted by
-  label (ties in seeded random order) and cut into M·k shards of n/k consecutive samples; each
-  client gets k shards drawn without replacement. A client then holds at most k classes (exactly k
-  unless a shard straddles a class boundary, or two of its shards share a class).
+- ``shards`` (the pathological non-IID split of McMahan et al. 2017, as PFLlib and FL-bench make it):
+  every client holds exactly k classes (``classes_per_client``), n/k samples of each (the first
+  n mod k of its classes one more). With π a seeded
+  permutation of the C classes, client i holds classes π[(i·k + j) mod C], j < k, so every class goes
+  to ≈ M·k/C clients; its n/k samples of a class are drawn without replacement from that class's
+  shuffled pool (no shard straddles two classes, unlike cutting the label-sorted data into shards).
 - ``quantity`` skew: labels IID, sizes unequal. Weights w_i ~ LogNormal(0, σ²) (σ =
   ``quantity_sigma``, default 1.0); client i gets n_i = ⌊T·w_i/Σw⌋ + (1 for the T − Σ⌊·⌋ largest
   remainders) of T = M·n shuffled samples, at least 1 each (taken from the largest clients).
@@ -76,15 +78,24 @@ def dirichlet_partition(labels: np.ndarray, num_clients: int, rho: float, rng: n
 def shards_partition(labels: np.ndarray, num_clients: int, classes_per_client: int, rng: np.random.Generator,
                      samples_per_client: Optional[int] = None) -> list[torch.Tensor]:
     n = _client_size(len(labels), num_clients, samples_per_client)
+    classes = np.unique(labels)
     k = classes_per_client
-    if k < 1 or n % k:
-        raise ConfigError("data.classes_per_client", f"must be ≥ 1 and divide the {n} samples per client, got {k}; "
-                          "change data.classes_per_client or data.samples_per_client")
-    used = rng.permutation(len(labels))[: n * num_clients]
-    ordered = used[np.argsort(labels[used], kind="stable")]  # by label; ties in the seeded random order
-    shards = ordered.reshape(num_clients * k, n // k)
-    owner = rng.permutation(num_clients * k).reshape(num_clients, k)
-    return [torch.as_tensor(np.sort(shards[row].reshape(-1)), dtype=torch.long) for row in owner]
+    if not 1 <= k <= min(len(classes), n):
+        raise ConfigError("data.classes_per_client", f"must be in 1..{min(len(classes), n)} ({len(classes)} classes, "
+                          f"{n} samples per client), got {k}")
+    order = rng.permutation(len(classes))
+    pools = [rng.permutation(np.flatnonzero(labels == c)).tolist() for c in classes]
+    clients = []
+    for i in range(num_clients):
+        taken = []
+        for j in range(k):
+            c, count = order[(i * k + j) % len(classes)], n // k + (j < n % k)
+            if len(pools[c]) < count:
+                raise ConfigError("data.samples_per_client", f"class {classes[c]} runs out of samples for {num_clients}"
+                                  f" clients × {k} classes × {count}; lower data.samples_per_client or data.num_clients")
+            taken += [pools[c].pop() for _ in range(count)]
+        clients.append(torch.as_tensor(sorted(taken), dtype=torch.long))
+    return clients
 
 
 def quantity_partition(labels: np.ndarray, num_clients: int, sigma: float, rng: np.random.Generator,
