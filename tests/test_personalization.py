@@ -111,6 +111,8 @@ def test_personal_parts_are_not_uploaded_and_fedavg_is_evaluated_per_client():
     (["--model.algorithm", "fedbn"], "model.algorithm", "fedbn keeps normalisation layers local, but MLP has none"),
     (["--model.algorithm", "fedper", "--model.algorithm.personal_layers", "[nope]"],
      "FedPer(personal_layers=...)", "has no module 'nope'"),
+    (["--model.algorithm", "fedbcgd_personal", "--model.algorithm.personal_blocks", "[shared, 7]"],
+     "FedBCGDPersonal(personal_blocks=...)", "block 7 of a division with 5 blocks"),
 ])
 def test_bad_personalisation_input_is_one_line(args, field, fix, capsys):
     code = main(["fit", "--config", QUICKSTART, "--trainer.max_epochs", "1", *QUIET, *args])

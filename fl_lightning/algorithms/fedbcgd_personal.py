@@ -73,7 +73,7 @@ class FedBCGDPersonal(FedBCGD):
 
     def __init__(self, num_blocks: Optional[int] = None, block_division: Union[str, dict] = "auto",
                  shared_block: bool = True, server_lr: float = 1.0, server_momentum: float = 0.8,
-                 personal_blocks: Optional[list[str]] = None):
+                 personal_blocks: Optional[list[Union[str, int]]] = None):
         super().__init__(num_blocks, block_division, shared_block, server_lr, server_momentum)
         names = [str(b) for b in (personal_blocks or ["shared"])]
         bad = [b for b in names if b != "shared" and not (b.isdigit() and int(b) >= 1)]
