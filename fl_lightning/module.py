@@ -45,6 +45,7 @@ from fl_lightning.runs.files import wandb_id, write_start_files
 from fl_lightning.runs.plot import write_curve
 from fl_lightning.federation.seeding import run_seed
 from fl_lightning.federation.trainer_path import check_local_trainer
+from fl_lightning.personalization.evaluation import PersonalEvaluation, check_schedule
 from fl_lightning.systems import RoundPolicy, RoundSimulator, SystemModel, resolve_policy, resolve_system
 from fl_lightning.privacy import ClientDP, PrivacyOptions, resolve_privacy
 from fl_lightning.privacy.options import check_algorithm as check_privacy
@@ -99,6 +100,9 @@ class FederatedModule(pl.LightningModule):
             (or ``.target_epsilon``), ``.clip C``, ``.adaptive_quantile``, ``.epsilon_budget``, ``.delta``; None: off.
         local_trainer: pl.Trainer options (callbacks, precision, accumulate_grad_batches, ...): each client's local
             epochs run in such a Trainer (fl_lightning.federation.trainer_path); None: the fast path.
+        personal_eval_every: with data.personal_fraction: log pval/* (each client's personalised model on its
+            held-out data, fl_lightning.personalization) every n rounds; unset: after the last round only.
+        personal_eval_clients: evaluate pval/* on this many clients (a sample fixed by the seed); unset: all.
     """
 
     runs_federated_rounds = True  # what FLCallback.setup looks for
@@ -114,8 +118,10 @@ class FederatedModule(pl.LightningModule):
                  eval_train_objective: bool = False, parallel_clients: int = 1, channels_last: Optional[bool] = None,
                  system: Union[SystemModel, str, None] = None,
                  round_policy: Union[RoundPolicy, str, None] = None, privacy: Optional[PrivacyOptions] = None,
-                 local_trainer: Optional[dict] = None):
+                 local_trainer: Optional[dict] = None, personal_eval_every: Optional[int] = None,
+                 personal_eval_clients: Optional[int] = None):
         super().__init__()
+        check_schedule(personal_eval_every, personal_eval_clients)
         if local_optimizer not in ("sgd", "network") or (local_optimizer == "network" and not is_lightning(network)):
             raise ConfigError("model.local_optimizer", f"got {local_optimizer!r}; choose sgd, or network when the "
                               "network is a LightningModule with configure_optimizers")
@@ -133,6 +139,7 @@ class FederatedModule(pl.LightningModule):
         if self.privacy is not None:
             check_privacy(self.privacy, self.algorithm.name, weighted_aggregation, self.codec)
             self.save_hyperparameters({**self.hparams, "privacy": self.privacy.spec()})
+        self.algorithm.check_network(network)
         if server_optimizer is not None and self.algorithm.changed_server_options():
             raise ConfigError("model.server_optimizer", "sets the server step itself: give its lr/momentum in its "
                               f"init_args and leave model.algorithm.{self.algorithm.changed_server_options()[0]} unset")
@@ -267,6 +274,11 @@ class FederatedModule(pl.LightningModule):
                   f"thread(s) each, of {torch.get_num_threads()}")
         if self._restored is not None:
             self.loop.comm.load_state_dict(self._restored["comm"])
+        held_out = getattr(self.trainer.datamodule, "personal", None)
+        self.personal = None if held_out is None else PersonalEvaluation(  # issue 33: pval/*
+            self.flat, self.local_loss, held_out.to(self.device), clients, self.client_state, fl_callbacks,
+            self.trainer.datamodule.eval_transform, hp.batch_size, hp.lr, hp.personal_eval_every,
+            hp.personal_eval_clients)
 
     def _simulator(self, num_clients: int) -> Optional[RoundSimulator]:
         """Issue 32: the round simulator (its clock restored on resume), or None when model.system is unset."""
@@ -333,6 +345,9 @@ class FederatedModule(pl.LightningModule):
         last = self.trainer.should_stop or (max_rounds is not None and 0 <= max_rounds <= rounds)
         if last or (every and rounds % every == 0):
             row.update(test_metrics(self.net, self.trainer))
+        if getattr(self, "personal", None) is not None and self.personal.due(rounds, last):
+            row.update(self.personal.run(self.global_vector, self.current_epoch, self._lr,
+                                         self.trainer.log_dir if self.trainer.is_global_zero else None))
         return self.rounds.write(row, self.loop.comm.upload_d, self.current_epoch, self.trainer.loggers,
                                  evaluated=bool(self.evaluation.metrics))
 

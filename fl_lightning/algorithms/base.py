@@ -51,6 +51,9 @@ class Algorithm:
         if compression is not None and not self.compressible:
             raise ConfigError("model.compression", f"{self.name} sends nothing to compress; leave it unset")
 
+    def check_network(self, network) -> None:
+        """Networks this algorithm cannot run on (e.g. FedBN without normalisation layers): one ConfigError."""
+
     # -- what the options are ------------------------------------------------------------
     @classmethod
     def option_names(cls) -> list[str]:

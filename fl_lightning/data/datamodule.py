@@ -21,11 +21,22 @@ from fl_lightning.data.images import ImageTransform
 from fl_lightning.data.datasets import DATASETS, check_dataset, check_name
 from fl_lightning.data.own import load_by_class_path, split_from_datasets
 from fl_lightning.data.split import DataOptions, DataSplit
-from fl_lightning.data.partition import class_histogram, dirichlet_partition, iid_partition
+from fl_lightning.data.partition import (class_histogram, dirichlet_partition, iid_partition, quantity_partition,
+                                        shards_partition)
 from fl_lightning.errors import ConfigError, check_unchanged
 from fl_lightning.federation.seeding import run_seed
+from fl_lightning.personalization.split import check_fraction, hold_out_per_client
 
-PARTITIONS = ("dirichlet", "iid")
+
+def check_partition_options(partition: str, classes_per_client, quantity_sigma) -> None:
+    if classes_per_client is not None and (partition != "shards" or classes_per_client < 1):
+        raise ConfigError("data.classes_per_client", f"got {classes_per_client}: it needs data.partition shards and "
+                          "k ≥ 1; set both, or leave it unset")
+    if quantity_sigma is not None and (partition != "quantity" or not quantity_sigma > 0):
+        raise ConfigError("data.quantity_sigma", f"got {quantity_sigma}: it needs data.partition quantity and "
+                          "σ > 0; set both, or leave it unset")
+
+PARTITIONS = ("dirichlet", "iid", "shards", "quantity")
 
 
 @dataclass
@@ -87,7 +98,9 @@ class FederatedDataModule(pl.LightningDataModule):
         dataset_args: extra init args for a data set given by class path (root/download come from
             data.root/data.download).
         num_clients: M, the number of clients.
-        partition: ``dirichlet`` (label skew) or ``iid``. Synthetic data is split by its generator.
+        partition: ``dirichlet`` (label skew), ``iid``, ``shards`` (k classes per client, McMahan et al.) or
+            ``quantity`` (IID labels, log-normal sizes) (fl_lightning.data.partition). Synthetic data is split by
+            its generator.
         dirichlet_rho: ρ > 0, Dirichlet concentration (paper: 0.6 and 0.1; smaller = more skew).
         samples_per_client: samples held by every client (paper: 500); default ⌊N/M⌋.
         root: where data sets live (torchvision layout, e.g. ``root/MNIST/raw``).
@@ -102,6 +115,10 @@ class FederatedDataModule(pl.LightningDataModule):
         val_fraction: share of the training data held out (seeded, before the partition) for
             validation (val/*); 0 validates on the test set, the paper's protocol (every experiment
             config sets it). test/* is always the test set (logged at the end of fit).
+        classes_per_client: k, with partition shards: each client gets k label-sorted shards (default 2).
+        quantity_sigma: σ > 0, with partition quantity: client sizes ∝ LogNormal(0, σ²) (default 1.0).
+        personal_fraction: share of every client's own data held out (seeded) for per-client evaluation
+            (pval/*, fl_lightning.personalization); None: no per-client evaluation.
     """
 
     def __init__(self, dataset: str = "digits", num_clients: int = 20, partition: str = "dirichlet",
@@ -109,8 +126,15 @@ class FederatedDataModule(pl.LightningDataModule):
                  download: bool = False, synthetic_alpha: float = 1.0, synthetic_beta: float = 1.0,
                  image_size: Optional[int] = None, augment: bool = True,
                  cache_dir: Optional[str] = "~/.cache/fl-lightning", emnist_split: str = "byclass",
-                 eval_batch_size: int = 1000, dataset_args: Optional[dict] = None, val_fraction: float = 0.1):
+                 eval_batch_size: int = 1000, dataset_args: Optional[dict] = None, val_fraction: float = 0.1,
+                 classes_per_client: Optional[int] = None, quantity_sigma: Optional[float] = None,
+                 personal_fraction: Optional[float] = None):
         super().__init__()
+        check_partition_options(partition, classes_per_client, quantity_sigma)
+        check_fraction(personal_fraction)
+        self.classes_per_client, self.quantity_sigma = classes_per_client, quantity_sigma
+        self.personal_fraction = personal_fraction
+        self.personal: Optional[ClientData] = None  # every client's held-out share (personal_fraction)
         check_name(dataset)
         if num_clients < 1:
             raise ConfigError("data.num_clients", f"must be ≥ 1, got {num_clients}")
@@ -238,7 +262,10 @@ class FederatedDataModule(pl.LightningDataModule):
                 "dirichlet_rho": self.dirichlet_rho, "samples_per_client": opts.samples_per_client,
                 "val_fraction": self.val_fraction, "synthetic_alpha": opts.synthetic_alpha,
                 "synthetic_beta": opts.synthetic_beta, "image_size": opts.image_size, "augment": opts.augment,
-                "emnist_split": opts.emnist_split, "dataset_args": self.dataset_args or None}
+                "emnist_split": opts.emnist_split, "dataset_args": self.dataset_args or None,
+                **{key: value for key, value in (("classes_per_client", self.classes_per_client),
+                   ("quantity_sigma", self.quantity_sigma), ("personal_fraction", self.personal_fraction))
+                   if value is not None}}
 
     def state_dict(self) -> dict:
         return {"client_indices": self.client_indices, "settings": self.settings(), "fingerprint": self.fingerprint()}
@@ -282,15 +309,27 @@ class FederatedDataModule(pl.LightningDataModule):
         labels = split.train_y.numpy()
         if self.partition == "iid":
             return iid_partition(labels, self.num_clients, rng, self.options.samples_per_client)
+        if self.partition == "shards":
+            return shards_partition(labels, self.num_clients, self.classes_per_client or 2, rng,
+                                    self.options.samples_per_client)
+        if self.partition == "quantity":
+            return quantity_partition(labels, self.num_clients, self.quantity_sigma or 1.0, rng,
+                                      self.options.samples_per_client)
         return dirichlet_partition(labels, self.num_clients, self.dirichlet_rho, rng, self.options.samples_per_client)
 
     def _set_partition(self, client_indices: list[torch.Tensor]) -> None:
         self.client_indices = [idx.cpu() for idx in client_indices]
         self._fingerprint = None
-        order = torch.cat(self.client_indices)
-        offsets = np.concatenate([[0], np.cumsum([len(i) for i in self.client_indices])]).tolist()
-        self.clients = ClientData(self.split.train_x[order], self.split.train_y[order], offsets,
-                                  self.split.train_transform)
+        training = self.client_indices
+        if self.personal_fraction is not None:  # each client's held-out share: disjoint, seeded, re-made on resume
+            training, held = hold_out_per_client(self.client_indices, self.personal_fraction)
+            self.personal = self._client_data(held)
+        self.clients = self._client_data(training)
+
+    def _client_data(self, client_indices: list[torch.Tensor]) -> ClientData:
+        order = torch.cat(client_indices)
+        offsets = np.concatenate([[0], np.cumsum([len(i) for i in client_indices])]).tolist()
+        return ClientData(self.split.train_x[order], self.split.train_y[order], offsets, self.split.train_transform)
 
     def histogram(self) -> torch.Tensor:
         """(M, C) per-client class counts."""

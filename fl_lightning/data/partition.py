@@ -7,6 +7,18 @@ fills its n slots one sample at a time by drawing a class from p_i and taking th
 unused sample of that class; a class that runs out is removed from every client's
 proportions. Small ρ means strong skew; ρ → ∞ approaches IID.
 
+Two more splits of personalised-FL papers (issue 33):
+
+- ``shards`` (the pathological non-IID split of McMahan et al. 2017, as PFLlib and FL-bench make it):
+  every client holds exactly k classes (``classes_per_client``), n/k samples of each (the first
+  n mod k of its classes one more). With π a seeded
+  permutation of the C classes, client i holds classes π[(i·k + j) mod C], j < k, so every class goes
+  to ≈ M·k/C clients; its n/k samples of a class are drawn without replacement from that class's
+  shuffled pool (no shard straddles two classes, unlike cutting the label-sorted data into shards).
+- ``quantity`` skew: labels IID, sizes unequal. Weights w_i ~ LogNormal(0, σ²) (σ =
+  ``quantity_sigma``, default 1.0); client i gets n_i = ⌊T·w_i/Σw⌋ + (1 for the T − Σ⌊·⌋ largest
+  remainders) of T = M·n shuffled samples, at least 1 each (taken from the largest clients).
+
 All functions are plain: labels and a ``numpy.random.Generator`` in, one index tensor per
 client out.
 """
@@ -61,6 +73,45 @@ def dirichlet_partition(labels: np.ndarray, num_clients: int, rho: float, rng: n
                 remaining[:, c] = 0.0
         clients.append(torch.as_tensor(sorted(taken), dtype=torch.long))
     return clients
+
+
+def shards_partition(labels: np.ndarray, num_clients: int, classes_per_client: int, rng: np.random.Generator,
+                     samples_per_client: Optional[int] = None) -> list[torch.Tensor]:
+    n = _client_size(len(labels), num_clients, samples_per_client)
+    classes = np.unique(labels)
+    k = classes_per_client
+    if not 1 <= k <= min(len(classes), n):
+        raise ConfigError("data.classes_per_client", f"must be in 1..{min(len(classes), n)} ({len(classes)} classes, "
+                          f"{n} samples per client), got {k}")
+    order = rng.permutation(len(classes))
+    pools = [rng.permutation(np.flatnonzero(labels == c)).tolist() for c in classes]
+    clients = []
+    for i in range(num_clients):
+        taken = []
+        for j in range(k):
+            c, count = order[(i * k + j) % len(classes)], n // k + (j < n % k)
+            if len(pools[c]) < count:
+                raise ConfigError("data.samples_per_client", f"class {classes[c]} runs out of samples for {num_clients}"
+                                  f" clients × {k} classes × {count}; lower data.samples_per_client or data.num_clients")
+            taken += [pools[c].pop() for _ in range(count)]
+        clients.append(torch.as_tensor(sorted(taken), dtype=torch.long))
+    return clients
+
+
+def quantity_partition(labels: np.ndarray, num_clients: int, sigma: float, rng: np.random.Generator,
+                       samples_per_client: Optional[int] = None) -> list[torch.Tensor]:
+    n = _client_size(len(labels), num_clients, samples_per_client)
+    total = n * num_clients
+    weights = rng.lognormal(0.0, sigma, size=num_clients)
+    exact = total * weights / weights.sum()
+    sizes = np.floor(exact).astype(np.int64)
+    sizes[np.argsort(-(exact - sizes), kind="stable")[: total - sizes.sum()]] += 1
+    for i in np.flatnonzero(sizes == 0):  # every client holds at least one sample
+        sizes[int(np.argmax(sizes))] -= 1
+        sizes[i] = 1
+    order = rng.permutation(len(labels))[:total]
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    return [torch.as_tensor(np.sort(order[a:b]), dtype=torch.long) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 def class_histogram(labels: torch.Tensor, client_indices: list[torch.Tensor], num_classes: int) -> torch.Tensor:

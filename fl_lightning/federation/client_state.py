@@ -108,6 +108,10 @@ class ClientTable:
                               "or trainer.default_root_dir) on a filesystem every node shares")
         return row
 
+    def has(self, client_id: int) -> bool:
+        """Whether the client has a committed row (else ``read`` gives zeros)."""
+        return bool(self.slot_of[client_id] >= 0)
+
     def write(self, client_id: int, values: torch.Tensor) -> None:
         """Stores the client's new vector (committed at the round's end if the client reported)."""
         if client_id not in self.staged:

@@ -37,6 +37,7 @@ class ToyFederation:
                  loss_fn: Optional[Callable] = None, extra_callbacks: Sequence[FLCallback] = (),
                  parallel_clients: int = 1):
         self.algorithm = algorithm
+        algorithm.check_network(network)
         self.blocks = partition_for(network, algorithm)
         self.flat = FlatModel(network, order=self.blocks.order if self.blocks else None)
         x = torch.cat([cx for cx, _ in clients])

@@ -11,7 +11,7 @@ from fl_lightning.algorithms import REGISTRY
 
 AXES = {"comm/upload_d": "floats uploaded per client (× d)", "round": "communication round",
         "time/wall_s": "training wall time (s)", "time/sim_s": "simulated time (s)", "val/acc": "validation accuracy", "test/acc": "test accuracy",
-        "train/objective": "training objective"}
+        "train/objective": "training objective", "pval/acc_mean": "personalised accuracy (mean over clients)"}
 X_AXES = {"upload_d": "comm/upload_d", "round": "round", "wall_time": "time/wall_s", "sim_time": "time/sim_s"}
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d",

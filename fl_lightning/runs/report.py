@@ -157,6 +157,9 @@ def summarise(curve: list[dict], target: float, window: int, budgets: list[float
             evaluated, target, window, "time/sim_s", metric, mode)
     if "train/objective" in evaluated[-1]:
         summary["final_train_objective"] = evaluated[-1]["train/objective"]
+    personal = [r for r in curve if "pval/acc_mean" in r]  # issue 33: the clients' own models on their own data
+    if personal:
+        summary.update({f"final_pval_{k}": personal[-1][f"pval/{k}"] for k in ("acc_mean", "acc_p10", "acc_std")})
     return summary
 
 
@@ -232,6 +235,8 @@ def table(groups: dict[str, list[dict]], target: float, window: int, budgets: li
             keys += [f"objective_at_{b:g}d" for b in budgets] + ["final_train_objective"]
         if all("sim_s_to_target_first" in s for s in summaries):  # issue 32: time to target, mean ± std
             keys += ["sim_s_to_target_first", "sim_s_to_target_sustained"]
+        if all("final_pval_acc_mean" in s for s in summaries):  # issue 33: personalised accuracy, mean ± std
+            keys += ["final_pval_acc_mean", "final_pval_acc_p10", "final_pval_acc_std"]
         for key in keys:
             row[key], row[f"{key}_std"] = mean_std([s[key] for s in summaries])
         reached = sum(math.isfinite(s["d_to_target_sustained"]) for s in summaries)
@@ -282,18 +287,20 @@ def plot(curves: dict[str, list[list[dict]]], out: Path, target: float, title: s
     import matplotlib.pyplot as plt
     import numpy as np
 
-    objective = any("train/objective" in r for runs in curves.values() for c in runs for r in c)
-    fig, axes = plt.subplots(1, 2 if objective else 1, figsize=(11 if objective else 6.5, 4.2), squeeze=False)
+    extras = [key for key in ("train/objective", "pval/acc_mean")  # issue 33: personalised accuracy, when logged
+              if any(key in r for runs in curves.values() for c in runs for r in c)]
+    panels = [metric] + extras
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 + 4.5 * len(extras), 4.2), squeeze=False)
     variants: dict[str, int] = {}
     for label, runs in curves.items():
         colour = colour_of(label)
         style = ["-", "--", ":", "-."][variants.setdefault(colour, 0) % 4]
         variants[colour] += 1
-        evaluated = [[r for r in curve if metric in r and x_key in r] for curve in runs]
-        if not all(evaluated):
+        if not all([r for r in curve if metric in r and x_key in r] for curve in runs):
             continue
-        for ax, key in zip(axes[0], [metric] + (["train/objective"] if objective else [])):
-            if not all(key in e[-1] for e in evaluated):
+        for ax, key in zip(axes[0], panels):
+            evaluated = [[r for r in curve if key in r and x_key in r] for curve in runs]
+            if not all(evaluated):
                 continue
             if x_key == "comm/upload_d" and max(e[-1][x_key] for e in evaluated) == 0:  # uploads nothing
                 ax.axhline(statistics.fmean(e[-1][key] for e in evaluated), color="black", lw=1, ls=":",
@@ -308,8 +315,8 @@ def plot(curves: dict[str, list[list[dict]]], out: Path, target: float, title: s
                 ax.fill_between(grid, values.mean(0) - std, values.mean(0) + std, color=line.get_color(), alpha=0.2)
     axes[0][0].set(xlabel=AXES[x_key], ylabel=AXES.get(metric, metric), title=title)
     axes[0][0].axhline(target, color="grey", lw=0.8, ls="--", label=f"target {target:g}")
-    if objective:
-        axes[0][1].set(xlabel=AXES[x_key], ylabel=AXES["train/objective"], yscale="log")
+    for ax, key in zip(axes[0][1:], extras):
+        ax.set(xlabel=AXES[x_key], ylabel=AXES[key], **({"yscale": "log"} if key == "train/objective" else {}))
     finish(fig, axes[0], str(out))
     plt.close(fig)
 

@@ -1,0 +1,31 @@
+"""Makes docs/personalization/README.md's table from the runs' metrics.csv (final row of each run)."""
+import csv
+import statistics
+import sys
+from pathlib import Path
+
+root = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/personalization/runs")
+ORDER = ["fedavg", "fedavg_ft", "fedper", "fedrep", "ditto", "fedbcgd", "fedbcgd_personal"]
+
+
+def cell(values, digits=3):
+    if len(values) < 2:
+        return f"{values[0]:.{digits}f}" if values else "–"
+    return f"{statistics.fmean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
+print("| partition | algorithm | seeds | pval/acc_mean | pval/acc_p10 | val/acc (global model) | comm/upload_d |")
+print("|---|---|---|---|---|---|---|")
+for part in sorted(p.name for p in root.iterdir() if p.is_dir()):
+    for alg in ORDER:
+        finals = []
+        for metrics in sorted(root.glob(f"{part}/{alg},seed=*/metrics.csv")):
+            rows = [r for r in csv.DictReader(open(metrics))]
+            last_pval = [r for r in rows if r.get("pval/acc_mean")][-1]
+            last_val = [r for r in rows if r.get("val/acc")][-1]
+            finals.append((float(last_pval["pval/acc_mean"]), float(last_pval["pval/acc_p10"]),
+                           float(last_val["val/acc"]), float(rows[-1]["comm/upload_d"])))
+        if finals:
+            cols = list(zip(*finals))
+            print(f"| {part} | {alg} | {len(finals)} | {cell(cols[0])} | {cell(cols[1])} | {cell(cols[2])} | "
+                  f"{cell(cols[3], 2)} |")

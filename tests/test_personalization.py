@@ -1,0 +1,120 @@
+"""Issue 33 with real Trainers and the real CLI: the shards and quantity partitions, each client's held-out
+share, pval/* in metrics.csv, personal state surviving kill and resume bit for bit, and one line for bad input."""
+import csv
+import os
+
+import numpy as np
+import pytest
+import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.loggers import CSVLogger
+
+from fl_lightning import FederatedDataModule
+from fl_lightning.cli import main
+from fl_lightning.data.partition import quantity_partition, shards_partition
+from fl_lightning.personalization.split import hold_out_per_client
+from tests.conftest import fl_module, make_trainer
+from tests.test_cli import QUICKSTART, QUIET
+from tests.test_resume import SmallConvNet, digit_images
+
+LABELS = np.repeat(np.arange(10), 200)
+
+
+def test_shards_give_each_client_k_classes_disjoint_and_seeded():
+    parts = shards_partition(LABELS, 20, 2, np.random.default_rng(3), samples_per_client=60)
+    flat = torch.cat(parts)
+    assert all(len(p) == 60 for p in parts) and len(torch.unique(flat)) == len(flat)
+    classes = [len(np.unique(LABELS[p.numpy()])) for p in parts]
+    assert classes == [2] * 20  # exactly k classes, n/k samples of each
+    again = shards_partition(LABELS, 20, 2, np.random.default_rng(3), samples_per_client=60)
+    assert all(torch.equal(a, b) for a, b in zip(parts, again))
+
+
+def test_quantity_skew_sizes_are_log_normal_and_cover_the_budget():
+    parts = quantity_partition(LABELS, 20, 1.0, np.random.default_rng(0), samples_per_client=50)
+    sizes = np.array([len(p) for p in parts])
+    flat = torch.cat(parts)
+    assert sizes.sum() == 1000 and sizes.min() >= 1 and len(torch.unique(flat)) == len(flat)
+    assert sizes.max() > 3 * np.median(sizes)  # skewed, unlike the equal-sized splits
+    mild = [len(p) for p in quantity_partition(LABELS, 20, 0.1, np.random.default_rng(0), samples_per_client=50)]
+    assert np.std(mild) < np.std(sizes)
+
+
+def test_held_out_share_is_disjoint_seeded_and_recorded():
+    train, test = digit_images()
+    dm = FederatedDataModule.from_datasets(train, test, num_clients=8, partition="shards", classes_per_client=2,
+                                           val_fraction=0.0, personal_fraction=0.25, samples_per_client=60)
+    dm.setup()
+    assert dm.settings()["classes_per_client"] == 2 and dm.settings()["personal_fraction"] == 0.25
+    plain = FederatedDataModule(num_clients=8).settings()
+    assert "classes_per_client" not in plain and "personal_fraction" not in plain  # existing runs' settings as before
+    train_idx, held_idx = hold_out_per_client(dm.client_indices, 0.25)  # the same seed: the same split
+    for i, idx in enumerate(dm.client_indices):
+        n, held = len(idx), dm.personal.num_samples(i)
+        assert held == round(0.25 * n) and dm.clients.num_samples(i) == n - held
+        assert set(train_idx[i].tolist()).isdisjoint(held_idx[i].tolist())
+        assert sorted(train_idx[i].tolist() + held_idx[i].tolist()) == idx.tolist()
+        assert torch.equal(dm.personal.of(i)[1], dm.split.train_y[held_idx[i]])
+    total = sum(dm.personal.num_samples(i) + dm.clients.num_samples(i) for i in range(8))
+    assert total == sum(len(i) for i in dm.client_indices)
+
+
+def conv_run(rounds, name, algorithm, ckpt_path=None, callbacks=(), table=None, **hp):
+    torch.manual_seed(0)
+    module = fl_module(SmallConvNet(), algorithm=algorithm, clients_per_round=4, batch_size=16, lr=0.05,
+                       personal_eval_every=1, **hp)
+    train, test = digit_images()
+    data = FederatedDataModule.from_datasets(train, test, num_clients=8, partition="shards", classes_per_client=2,
+                                             val_fraction=0.0, personal_fraction=0.2, samples_per_client=60)
+    logger = CSVLogger("runs", name=name)
+    checkpointing = any(isinstance(cb, ModelCheckpoint) for cb in callbacks)
+    trainer = make_trainer(rounds, logger=logger, callbacks=list(callbacks), enable_checkpointing=checkpointing)
+    trainer.fit(module, data, ckpt_path=ckpt_path)
+    with open(f"{logger.log_dir}/metrics.csv") as f:
+        rows = [{k: v for k, v in row.items() if not k.startswith("time/")} for row in csv.DictReader(f)]
+    if table is not None:  # every client's personal row as this run left it (read before another run writes)
+        module.personal_rows = [module.client_state.tables[table].read(i) for i in range(8)]
+    return module, rows
+
+
+@pytest.mark.parametrize("algorithm,table", [("fedper", "personal_part"), ("ditto", "ditto_personal"),
+                                             ("fedbn", "personal_part"), ("fedrep", "personal_part")])
+def test_personal_state_survives_kill_and_resume_bit_identically(algorithm, table):
+    every = ModelCheckpoint(dirpath=f"ckpts_{algorithm}", filename="{epoch}", save_top_k=-1, every_n_epochs=1)
+    full_module, full = conv_run(4, "full", algorithm, callbacks=[every], table=table)
+    assert all(row["pval/acc_mean"] for row in full) and float(full[-1]["pval/clients"]) == 8
+    torch.manual_seed(1234)
+    resumed_module, resumed = conv_run(4, "resumed", algorithm, ckpt_path=f"ckpts_{algorithm}/epoch=1.ckpt",
+                                       table=table)
+    assert [r["round"] for r in resumed] == ["3.0", "4.0"]
+    assert resumed == full[2:]  # pval/* included: every client's personal model as in the uninterrupted run
+    assert torch.equal(resumed_module.flat.vector, full_module.flat.vector)
+    rows = list(zip(full_module.personal_rows, resumed_module.personal_rows))
+    assert all(torch.equal(a, b) for a, b in rows) and any(a.abs().sum() > 0 for a, _ in rows)
+
+
+def test_personal_parts_are_not_uploaded_and_fedavg_is_evaluated_per_client():
+    _, fedavg = conv_run(1, "avg", "fedavg")
+    module, fedper = conv_run(1, "per", "fedper")
+    d, numel, head = module.flat.num_params, module.flat.numel, 64 * 10 + 10  # parameters, + BN statistics, head
+    assert float(fedavg[-1]["comm/upload_d"]) == pytest.approx(numel / d)  # FedAvg sends Δ and the BN statistics
+    assert float(fedper[-1]["comm/upload_d"]) == pytest.approx((numel - head) / d)  # all of it but the head
+    assert 0 <= float(fedavg[-1]["pval/acc_p10"]) <= float(fedavg[-1]["pval/acc_mean"]) <= 1
+    assert os.path.exists("runs/avg/version_0/pval_clients.csv")
+
+
+@pytest.mark.parametrize("args,field,fix", [
+    (["--data.classes_per_client", "2"], "data.classes_per_client", "needs data.partition shards"),
+    (["--data.partition", "quantity", "--data.quantity_sigma", "0"], "data.quantity_sigma", "σ > 0"),
+    (["--data.personal_fraction", "1.5"], "data.personal_fraction", "must be in (0, 1)"),
+    (["--model.personal_eval_every", "0"], "model.personal_eval_every", "must be ≥ 1 round"),
+    (["--model.algorithm", "fedbn"], "model.algorithm", "fedbn keeps normalisation layers local, but MLP has none"),
+    (["--model.algorithm", "fedper", "--model.algorithm.personal_layers", "[nope]"],
+     "FedPer(personal_layers=...)", "has no module 'nope'"),
+    (["--model.algorithm", "fedbcgd_personal", "--model.algorithm.personal_blocks", "[shared, 7]"],
+     "FedBCGDPersonal(personal_blocks=...)", "block 7 of a division with 5 blocks"),
+])
+def test_bad_personalisation_input_is_one_line(args, field, fix, capsys):
+    code = main(["fit", "--config", QUICKSTART, "--trainer.max_epochs", "1", *QUIET, *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and field in err[0] and fix in err[0], err
