@@ -9,46 +9,37 @@ Validation evaluates the global model on the global test split.
 from __future__ import annotations
 
 import math
-import os
 import pickle
 import time
-import warnings
 from typing import Optional, Union
 
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.cli import OptimizerCallable
 from pytorch_lightning.utilities import rank_zero_warn
-from pytorch_lightning.utilities.warnings import PossibleUserWarning
 import torch.nn.functional as F
 from torch import nn
 
 from fl_lightning.algorithms import REGISTRY, Algorithm
 from fl_lightning.federation.blocks import partition_for
-from fl_lightning.callbacks import CompressedUpload, FLCallback
-from fl_lightning.runs.checkpoint_io import (install as install_safe_checkpoint_io, load_weights_only,
+from fl_lightning.callbacks import CompressedUpload
+from fl_lightning.runs.checkpoint_io import (load_weights_only,
                                        refusal as checkpoint_refusal, refuse_before_algorithm_objects)
-from fl_lightning.federation.client_state import ClientStateStore, open_store
 from fl_lightning.compression.codecs import Codec
 from fl_lightning.federation.distributed import Collective
 from fl_lightning.errors import ConfigError, DivergenceError, check_unchanged
 from fl_lightning.federation.evaluation import GlobalEvaluation, test_metrics, train_objective
 from fl_lightning.federation.flat import FlatModel
-from fl_lightning.federation.user_module import (LoggedValues, is_lightning, logging_into, network_optimizer,
-                                  network_optimizer_settings, overrides)
-from fl_lightning.federation.loop import FederatedLoop, LocalConfig
-from fl_lightning.federation.memory_format import set_input_layout
-from fl_lightning.module_options import check_compatible, check_module_options, check_trainer, codec_spec, resolve
-from fl_lightning.runs.python_api import as_the_cli_does, summary
+from fl_lightning.federation.user_module import LoggedValues, is_lightning, network_optimizer, overrides
+from fl_lightning.module_options import check_compatible, check_trainer, settle_options
+from fl_lightning.runs.python_api import prepare, summary
 from fl_lightning.federation.round_log import RoundLog
 from fl_lightning.runs.files import wandb_id, write_start_files
 from fl_lightning.runs.plot import write_curve
 from fl_lightning.federation.seeding import run_seed
-from fl_lightning.federation.trainer_path import check_local_trainer
-from fl_lightning.personalization.evaluation import PersonalEvaluation, check_schedule
-from fl_lightning.systems import RoundPolicy, RoundSimulator, SystemModel, resolve_policy, resolve_system
-from fl_lightning.privacy import ClientDP, PrivacyOptions, resolve_privacy
-from fl_lightning.privacy.options import check_algorithm as check_privacy
+from fl_lightning.federation.session import start_rounds
+from fl_lightning.systems import RoundPolicy, SystemModel
+from fl_lightning.privacy import ClientDP, PrivacyOptions
 
 
 class FederatedModule(pl.LightningModule):
@@ -121,41 +112,19 @@ class FederatedModule(pl.LightningModule):
                  local_trainer: Optional[dict] = None, personal_eval_every: Optional[int] = None,
                  personal_eval_clients: Optional[int] = None):
         super().__init__()
-        check_schedule(personal_eval_every, personal_eval_clients)
-        if local_optimizer not in ("sgd", "network") or (local_optimizer == "network" and not is_lightning(network)):
-            raise ConfigError("model.local_optimizer", f"got {local_optimizer!r}; choose sgd, or network when the "
-                              "network is a LightningModule with configure_optimizers")
-        self.algorithm, self.codec = resolve(algorithm, compression)
-        self.system, self.round_policy = resolve_system(system), resolve_policy(round_policy)  # issue 32
-        if self.round_policy is not None and self.system is None:
-            raise ConfigError("model.round_policy", "needs a simulated system to time clients: give model.system")
         self.save_hyperparameters(ignore=["network", "server_optimizer", "algorithm", "compression", "system",
-                                          "round_policy", "privacy",
-                                          "local_trainer"])
-        check_module_options(self.hparams)
-        check_local_trainer(local_trainer, parallel_clients)
-        self.algorithm.check_with(weighted_aggregation, self.codec)
-        self.privacy = resolve_privacy(privacy)  # privacy (issue 31): None is off, nothing below changes
-        if self.privacy is not None:
-            check_privacy(self.privacy, self.algorithm.name, weighted_aggregation, self.codec)
-            self.save_hyperparameters({**self.hparams, "privacy": self.privacy.spec()})
-        self.algorithm.check_network(network)
-        if server_optimizer is not None and self.algorithm.changed_server_options():
-            raise ConfigError("model.server_optimizer", "sets the server step itself: give its lr/momentum in its "
-                              f"init_args and leave model.algorithm.{self.algorithm.changed_server_options()[0]} unset")
-        used = network_optimizer_settings(network) if local_optimizer == "network" else {}  # not model.lr & co.
-        self.save_hyperparameters({**self.hparams, "algorithm": self.algorithm.spec(),  # what ran, as plain data
-                                   "compression": codec_spec(self.codec), **used,
-                                   **({"system": self.system.spec(), "round_policy": (self.round_policy or
-                                       RoundPolicy()).spec()} if self.system is not None else {})})
+                                          "round_policy", "privacy", "local_trainer"])
+        settle_options(self, network, algorithm, compression, system, round_policy, privacy, server_optimizer,
+                       local_trainer)  # resolved and checked (fl_lightning.module_options); hparams record them
         self.server_optimizer, self.local_trainer = server_optimizer, local_trainer
         self.automatic_optimization = False
         self.net = network
         self.blocks = partition_for(network, self.algorithm)
         self.flat = FlatModel(network, order=self.blocks.order if self.blocks else None)
         self.global_vector: Optional[torch.Tensor] = None  # x^r, made with the server optimizer
-        self.loop: Optional[FederatedLoop] = None
-        self.client_state: Optional[ClientStateStore] = None  # c_i, h_i, e_i of every client, on disk
+        self.loop = None  # the round loop (fl_lightning.federation.loop), made when training starts
+        self.client_state = None  # c_i, h_i, e_i of every client, on disk (fl_lightning.federation.client_state)
+        self.personal = None  # per-client evaluation, pval/* (fl_lightning.personalization)
         self.rounds = RoundLog(target_accuracy, target_metric, target_mode, target)  # rows, curve, upload at the target
         self.run_id: Optional[str] = None  # set by the CLI (fl_lightning.runs.identity); in every checkpoint
         self.prints_summary = True  # the one-line summary at the end of a Python-API fit (the CLI prints its own)
@@ -172,12 +141,7 @@ class FederatedModule(pl.LightningModule):
         return self
 
     def setup(self, stage: str) -> None:
-        install_safe_checkpoint_io(self.trainer)  # atomic writes, weights-only reads: CLI and Python alike
-        set_input_layout(self.net, self.trainer, self.hparams.channels_last)  # channels_last, bf16 on the CPU
-        as_the_cli_does(self.trainer)  # the round bar, no irrelevant warnings
-        if self.trainer.world_size > 1:  # every value this module logs is already the same on every rank
-            warnings.filterwarnings("ignore", message=r"It is recommended to use `self.log\(.*sync_dist=True",
-                                    category=PossibleUserWarning)
+        prepare(self.trainer, self)  # safe checkpoints, input layout, the round bar (fl_lightning.runs.python_api)
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path, map_location=None, hparams_file=None, strict=None,
@@ -256,39 +220,7 @@ class FederatedModule(pl.LightningModule):
                     f"{self.current_epoch} rounds", val_is_test=datamodule.split.val_x is None)
 
     def on_train_start(self):
-        fl_callbacks = [cb for cb in self.trainer.callbacks if isinstance(cb, FLCallback)]
-        hp = self.hparams
-        grad_clip = hp.grad_clip if hp.grad_clip is not None else self.algorithm.default_grad_clip()
-        config = LocalConfig(hp.clients_per_round, hp.local_epochs, hp.batch_size, hp.weighted_aggregation,
-                             grad_clip, hp.client_dropout, hp.parallel_clients, self.local_trainer)
-        self.global_vector.copy_(self.flat.vector)  # x^r: the network holds it (restored on resume)
-        server, local = self.optimizers()
-        clients = self.trainer.datamodule.clients.to(self.device)
-        self.client_state = open_store(self.trainer, len(clients), (self._restored or {}).get("client_state"))
-        self.loop = FederatedLoop(self.flat, clients, self.local_loss, local.optimizer, config, fl_callbacks,
-                                  self.global_vector, server, self.client_state,
-                                  self.trainer.precision_plugin.forward_context, self.blocks, self.collective,
-                                  self._train_logs, self._simulator(len(clients)))
-        if self.loop.pool is not None and self.trainer.is_global_zero:
-            print(f"fl-lightning: {hp.parallel_clients} clients at a time, {self.loop.pool.threads_each} intra-op "
-                  f"thread(s) each, of {torch.get_num_threads()}")
-        if self._restored is not None:
-            self.loop.comm.load_state_dict(self._restored["comm"])
-        held_out = getattr(self.trainer.datamodule, "personal", None)
-        self.personal = None if held_out is None else PersonalEvaluation(  # issue 33: pval/*
-            self.flat, self.local_loss, held_out.to(self.device), clients, self.client_state, fl_callbacks,
-            self.trainer.datamodule.eval_transform, hp.batch_size, hp.lr, hp.personal_eval_every,
-            hp.personal_eval_clients)
-
-    def _simulator(self, num_clients: int) -> Optional[RoundSimulator]:
-        """Issue 32: the round simulator (its clock restored on resume), or None when model.system is unset."""
-        if self.system is None:
-            return None
-        simulator = RoundSimulator(self.system.population(num_clients), self.round_policy or RoundPolicy(),
-                                   self.hparams.batch_size)
-        if (self._restored or {}).get("clock") is not None:
-            simulator.clock.load_state_dict(self._restored["clock"])
-        return simulator
+        start_rounds(self)  # client-state store, round loop, simulator, per-client evaluation (federation.session)
 
     @property
     def collective(self) -> Collective:
@@ -345,7 +277,7 @@ class FederatedModule(pl.LightningModule):
         last = self.trainer.should_stop or (max_rounds is not None and 0 <= max_rounds <= rounds)
         if last or (every and rounds % every == 0):
             row.update(test_metrics(self.net, self.trainer))
-        if getattr(self, "personal", None) is not None and self.personal.due(rounds, last):
+        if self.personal is not None and self.personal.due(rounds, last):
             row.update(self.personal.run(self.global_vector, self.current_epoch, self._lr,
                                          self.trainer.log_dir if self.trainer.is_global_zero else None))
         return self.rounds.write(row, self.loop.comm.upload_d, self.current_epoch, self.trainer.loggers,

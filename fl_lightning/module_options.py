@@ -11,6 +11,12 @@ from fl_lightning.compression.codecs import Codec
 from fl_lightning.errors import ConfigError, check_accuracy
 from fl_lightning.federation.evaluation import evaluates_itself
 from fl_lightning.federation.parallel import check_parallel_clients
+from fl_lightning.federation.trainer_path import check_local_trainer
+from fl_lightning.federation.user_module import is_lightning, network_optimizer_settings
+from fl_lightning.personalization.evaluation import check_schedule
+from fl_lightning.privacy import resolve_privacy
+from fl_lightning.privacy.options import check_algorithm as check_privacy
+from fl_lightning.systems import RoundPolicy, resolve_policy, resolve_system
 from fl_lightning.models.sizing import check_network_fits
 from fl_lightning.models.timm_models import timm_input_config
 
@@ -116,3 +122,36 @@ def check_compatible(module, datamodule) -> None:
         check_network_fits(module.net, datamodule, module.flat.device)
     if module.hparams.parallel_clients > 1:
         check_parallel_clients(module.flat, module.local_loss, datamodule.clients, module.hparams.batch_size)
+
+
+def settle_options(module, network, algorithm, compression, system, round_policy, privacy, server_optimizer,
+                   local_trainer) -> None:
+    """The module's options resolved (registry names → objects) and checked, one ConfigError each, in the order
+    a user meets them; sets ``module.algorithm``, ``.codec``, ``.system``, ``.round_policy``, ``.privacy`` and
+    records in the hparams what ran, as plain data. ``module.hparams`` holds the init args already."""
+    hp = module.hparams
+    check_schedule(hp.personal_eval_every, hp.personal_eval_clients)
+    if hp.local_optimizer not in ("sgd", "network") or (hp.local_optimizer == "network" and not is_lightning(network)):
+        raise ConfigError("model.local_optimizer", f"got {hp.local_optimizer!r}; choose sgd, or network when the "
+                          "network is a LightningModule with configure_optimizers")
+    module.algorithm, module.codec = resolve(algorithm, compression)
+    module.system, module.round_policy = resolve_system(system), resolve_policy(round_policy)
+    if module.round_policy is not None and module.system is None:
+        raise ConfigError("model.round_policy", "needs a simulated system to time clients: give model.system")
+    check_module_options(hp)
+    check_local_trainer(local_trainer, hp.parallel_clients)
+    module.algorithm.check_with(hp.weighted_aggregation, module.codec)
+    module.privacy = resolve_privacy(privacy)  # None is off: nothing below changes
+    if module.privacy is not None:
+        check_privacy(module.privacy, module.algorithm.name, hp.weighted_aggregation, module.codec)
+        module.save_hyperparameters({**hp, "privacy": module.privacy.spec()})
+    module.algorithm.check_network(network)
+    if server_optimizer is not None and module.algorithm.changed_server_options():
+        raise ConfigError("model.server_optimizer", "sets the server step itself: give its lr/momentum in its "
+                          f"init_args and leave model.algorithm.{module.algorithm.changed_server_options()[0]} unset")
+    used = network_optimizer_settings(network) if hp.local_optimizer == "network" else {}  # not model.lr & co.
+    system_spec = {} if module.system is None else {"system": module.system.spec(),
+                                                     "round_policy": (module.round_policy or RoundPolicy()).spec()}
+    module.save_hyperparameters({**module.hparams, "algorithm": module.algorithm.spec(),  # what ran, as plain data
+                                 "compression": codec_spec(module.codec), **used,
+                                 **system_spec})

@@ -43,6 +43,7 @@ def create(name: str) -> tuple[Algorithm, "Codec | None"]:
     return entry.algorithm(), (CODECS[entry.codec]() if entry.codec else None)
 
 
-__all__ = ["REGISTRY", "Algorithm", "Centralized", "Entry", "FedAdam", "FedAvg", "FedAvgM", "FedBCGD",
-           "FedBCGDFreezing", "FedBCGDPlus", "FedDC", "FedDyn", "FedNova", "FedProx", "FedYogi", "SCAFFOLD",
+__all__ = ["REGISTRY", "Algorithm", "Centralized", "Ditto", "Entry", "FedAdam", "FedAvg", "FedAvgFT", "FedAvgM",
+           "FedBCGD", "FedBCGDFreezing", "FedBCGDPersonal", "FedBCGDPlus", "FedBN", "FedDC", "FedDyn", "FedNova",
+           "FedPer", "FedProx", "FedRep", "FedYogi", "SCAFFOLD",
            "algorithms_with", "create", "get", "register", "register_preset"]

@@ -6,7 +6,7 @@ digits, ``torchvision.datasets.MNIST``) and return normalised float tensors.
 from __future__ import annotations
 
 import os
-from typing import Callable, Optional
+from typing import Callable
 
 import numpy as np
 import torch

@@ -8,9 +8,12 @@ import warnings
 
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import TQDMProgressBar
+from pytorch_lightning.utilities.warnings import PossibleUserWarning
 
-from fl_lightning.runs.progress import RoundProgressBar
+from fl_lightning.federation.memory_format import set_input_layout
+from fl_lightning.runs.checkpoint_io import install as install_safe_checkpoint_io
 from fl_lightning.runs.files import run_folder
+from fl_lightning.runs.progress import RoundProgressBar
 
 IRRELEVANT = (r".*smaller than the logging interval.*",  # one training "batch" per round, by design
               r".*does not have many workers.*")  # the loaders hold one item or in-memory tensors
@@ -24,6 +27,18 @@ def as_the_cli_does(trainer: pl.Trainer) -> None:
     for index, callback in enumerate(callbacks):
         if type(callback) is TQDMProgressBar:  # the default one, not a bar the user chose
             callbacks[index] = RoundProgressBar(refresh_rate=callback.refresh_rate)
+
+
+def prepare(trainer: pl.Trainer, module) -> None:
+    """The Trainer of a fit, validate or test, from the CLI or Python alike: atomic checkpoint writes and
+    weights-only reads, the input layout (channels_last, bf16 on the CPU), the round bar, and no warning
+    about syncing logged values over ranks (every value the module logs is the same on every rank)."""
+    install_safe_checkpoint_io(trainer)
+    set_input_layout(module.net, trainer, module.hparams.channels_last)
+    as_the_cli_does(trainer)
+    if trainer.world_size > 1:
+        warnings.filterwarnings("ignore", message=r"It is recommended to use `self.log\(.*sync_dist=True",
+                                category=PossibleUserWarning)
 
 
 def summary(trainer: pl.Trainer, module) -> str:
