@@ -21,7 +21,8 @@ MARKER = ".kept"  # written last: a directory without it holds no finished run
 # serves a grid point when it went at least as far (None: no limit) and was measured the same way.
 AT_LEAST = ("model.max_upload_d", "model.target_accuracy", "model.target", "trainer.max_epochs", "trainer.max_steps")
 EQUAL = ("model.eval_every_d", "model.test_every_n_rounds", "model.eval_train_objective", "model.target_metric",
-         "model.target_mode", "trainer.check_val_every_n_epoch")
+         "model.target_mode", "model.personal_eval_every", "model.personal_eval_clients",
+         "trainer.check_val_every_n_epoch")
 HOW_COMPUTED = ("model.parallel_clients", "model.channels_last")  # the same run, computed another way
 NOT_KEPT = "not kept yet"
 
