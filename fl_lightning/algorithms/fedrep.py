@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import Optional
 
-from fl_lightning.algorithms.base import Algorithm, positive, register
-from fl_lightning.algorithms.fedper import personal_modules
+from fl_lightning.algorithms.base import register
+from fl_lightning.algorithms.fedper import FedPer
 from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.errors import ConfigError
-from fl_lightning.personalization.personal import PersonalPart, module_ranges, subtract
+from fl_lightning.personalization.personal import PersonalPart, subtract
 
 
 class HeadThenBody(FLCallback):
@@ -52,7 +52,7 @@ class HeadThenBody(FLCallback):
 
 
 @register("fedrep")
-class FedRep(Algorithm):
+class FedRep(FedPer):
     """FedRep: per round the head is trained first (body frozen), then the body (head frozen); the head stays local.
 
     Args:
@@ -67,15 +67,8 @@ class FedRep(Algorithm):
     def __init__(self, head_epochs: int = 1, personal_layers: Optional[list[str]] = None, server_lr: float = 1.0):
         if head_epochs < 1:
             raise ConfigError("FedRep(head_epochs=...)", f"must be ≥ 1, got {head_epochs}")
-        self.head_epochs, self.personal_layers = head_epochs, personal_layers
-        self.server_lr = positive(self, "server_lr", server_lr)
-        self.modules: Optional[list[str]] = None
-
-    def check_network(self, network):
-        self.modules = personal_modules(self, network, self.personal_layers)
-
-    def select(self, round):
-        return module_ranges(round.segments, self.modules)
+        super().__init__(personal_layers, server_lr)  # FedPer's head, kept on each client
+        self.head_epochs = head_epochs
 
     def callbacks(self):
         part = PersonalPart(self.select, f"fedrep head {self.modules}")
