@@ -68,6 +68,8 @@ def check_trainer(hp, trainer) -> None:
     if hp.get("eval_every_d") is not None and trainer.check_val_every_n_epoch != 1:
         raise ConfigError("model.eval_every_d", "picks the rounds to evaluate itself: set "
                           "trainer.check_val_every_n_epoch 1")
+    if hp.get("system") is not None and trainer.world_size > 1:
+        raise ConfigError("model.system", "simulates one process's rounds; run it without DDP (one device)")
     if getattr(trainer.precision_plugin, "scaler", None) is not None:
         raise ConfigError("trainer.precision", "16-mixed needs a GradScaler that would rescale the server's "
                           "pseudo-gradient; use bf16-mixed or 32")

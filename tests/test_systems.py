@@ -160,3 +160,15 @@ def test_population_of_10000_clients_is_a_few_arrays():
     assert pop.nbytes == 7 * 8 * 10_000
     assert 0.2 < pop.available(0.0).mean() < 0.5  # on 600 s / off 1200 s: about a third online
     assert pop.up_Bps.min() > 0 and np.median(pop.up_Bps) == pytest.approx(2 * MBIT, rel=0.1)
+
+
+def test_a_simulated_system_under_ddp_is_refused_before_any_run_folder():
+    import pytorch_lightning as pl
+
+    from fl_lightning.errors import ConfigError
+    from fl_lightning.module_options import check_trainer
+
+    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", logger=False, enable_checkpointing=False)
+    with pytest.raises(ConfigError, match="model.system: simulates one process's rounds"):
+        check_trainer({"system": {"class_path": "fl_lightning.systems.model.SystemModel"}}, trainer)
+    check_trainer({"system": None}, trainer)  # off: nothing to refuse

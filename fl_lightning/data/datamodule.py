@@ -160,6 +160,7 @@ class FederatedDataModule(pl.LightningDataModule):
         self.client_indices: Optional[list[torch.Tensor]] = None
         self.clients: Optional[ClientData] = None
         self._fingerprint: Optional[str] = None
+        self._restored_from: Optional[str] = None  # the fingerprint of the checkpoint whose partition is set
 
     @classmethod
     def from_tensors(cls, split: DataSplit, client_indices: Optional[list[torch.Tensor]] = None,
@@ -275,13 +276,16 @@ class FederatedDataModule(pl.LightningDataModule):
         settings say — the same samples and labels in every client (the fingerprint)."""
         for key, saved in state_dict.get("settings", {}).items():
             check_unchanged(f"data.{key}", self.settings().get(key), saved)
-        self.setup()
         saved = state_dict.get("fingerprint")
+        if saved is not None and saved == self._restored_from:
+            return  # already checked and set (the CLI does it before any run folder exists; Lightning again)
+        self.setup()
         if saved is not None and saved != self.fingerprint():
             raise ConfigError("data", f"the clients' data differ from the checkpoint's (fingerprint {self.fingerprint()}"
                               f" now, {saved} in the checkpoint): the data files or the partition changed; resume "
                               "with the data the run started with, or start a new run without ckpt_path")
         self._set_partition(state_dict["client_indices"])
+        self._restored_from = saved
 
     def fingerprint(self) -> str:
         """A digest of every client's samples and labels, in order (computed once per partition)."""

@@ -19,6 +19,7 @@ from fl_lightning.federation.contexts import ClientContext, ClientTask, RoundCon
 from fl_lightning.data.datamodule import ClientData
 from fl_lightning.federation.flat import FlatModel
 from fl_lightning.federation.user_module import RecordedLogs, logging_into
+from fl_lightning.federation.trainer_path import train_in_trainer
 from fl_lightning.federation.seeding import (Stream, generator, global_rng_state, isolated_rng, seed_global_rng,
                                   set_global_rng_state, stream_seed)
 
@@ -96,8 +97,6 @@ class LocalTrainer:
     def train_local(self, client: ClientContext) -> torch.Tensor:
         """E local epochs of minibatch SGD on the client's own data (client_step); the summed loss."""
         if self.config.local_trainer is not None:
-            from fl_lightning.federation.trainer_path import train_in_trainer
-
             return train_in_trainer(self, client)
         task = client.task
         x, y = self.data_of(task)

@@ -30,7 +30,7 @@ from fl_lightning.compression.accounting import CommMeter, ReceivedSums
 from fl_lightning.federation.contexts import ClientTask, RoundContext, ServerContext
 from fl_lightning.data.datamodule import ClientData
 from fl_lightning.federation.distributed import Collective
-from fl_lightning.errors import ConfigError, DivergenceError
+from fl_lightning.errors import DivergenceError
 from fl_lightning.federation.flat import FlatModel
 from fl_lightning.federation.user_module import LoggedValues
 from fl_lightning.federation.local_training import LocalConfig, LocalTrainer, call_hook
@@ -102,8 +102,6 @@ class FederatedLoop:
                  train_logs: Optional[LoggedValues] = None, systems=None):
         self.flat = flat
         self.systems = systems  # issue 32: a fl_lightning.systems.RoundSimulator, or None (no simulation)
-        if systems is not None and self.collective_size(collective) > 1:
-            raise ConfigError("model.system", "simulates one process's rounds; run it without DDP (one device)")
         self.blocks = blocks
         self.clients = clients
         self.config = config
@@ -191,10 +189,6 @@ class FederatedLoop:
         self.flat.load(self.global_vector)
         self._call("on_round_end", plan)
         return tally.mean_loss() if reported else None
-
-    @staticmethod
-    def collective_size(collective: Optional[Collective]) -> int:
-        return 1 if collective is None else collective.world_size
 
     @staticmethod
     def _report_drops(round_idx: int, sampled: int, lost: int, non_finite: int) -> None:
