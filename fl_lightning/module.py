@@ -291,10 +291,12 @@ class FederatedModule(pl.LightningModule):
         if self.evaluation.skip:
             return
         x, y = batch
+        if not len(y):  # a rank's stand-in when the evaluation set has fewer batches than ranks
+            return
         self.evaluation.step(self.net, self.trainer.datamodule.eval_transform(x), y, batch_idx, own_hook)
 
     def _eval_epoch_end(self, prefix: str):
-        metrics = self.evaluation.end(prefix, self.device, self.collective)
+        metrics = self.evaluation.end(prefix, self.net, self.collective)
         if metrics is None:
             return
         fitting = self.trainer.state.fn == "fit"

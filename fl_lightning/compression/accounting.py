@@ -72,12 +72,18 @@ class Payload:
 
 
 class ReceivedSums:
-    """Per-channel running sums of uploaded slices and of their weights, per coordinate."""
+    """Per-channel running sums of uploaded slices and of their weights, per coordinate.
 
-    def __init__(self, sizes: dict[str, int], device: torch.device):
+    With ``ordered`` (several ranks) the additions are recorded instead, tagged with the client's plan
+    ``position``; ``combine`` exchanges every rank's records and each rank makes them in plan order, so
+    the sums are those of one process bit for bit (a float sum depends on its order)."""
+
+    def __init__(self, sizes: dict[str, int], device: torch.device, ordered: bool = False):
         self.sizes = sizes
         self.device = device
         self._sums: dict[str, torch.Tensor] = {}  # channel → [2, n]: the sum, then the weight, per coordinate
+        self._records: Optional[list[tuple]] = [] if ordered else None  # (position, channel, ranges, weight, values)
+        self.position = 0  # the plan position of the client whose upload is being added
 
     def _buffers(self, channel: str):
         if channel not in self._sums:
@@ -91,28 +97,47 @@ class ReceivedSums:
         every other channel (e.g. Eq. 5's Δc sum) is always added with weight 1."""
         for part in upload.parts:
             weight = delta_weight if part.channel == "delta" else 1.0
-            total, weights = self._buffers(part.channel)
-            values, offset = part.values().to(total.dtype), 0
-            for start, stop in part.ranges:
-                total[start:stop].add_(values[offset:offset + stop - start], alpha=weight)
-                weights[start:stop].add_(weight)
-                offset += stop - start
+            self._add(part.channel, part.ranges, weight, part.values())
 
     def add_sum(self, channel: str, values: torch.Tensor) -> None:
         """Adds a value the server derives from a reported upload (e.g. FedDC's h_i change) to ``channel``;
         nothing is sent for it, so nothing is counted. The channel must be in ``sizes``."""
+        self._add(channel, None, 1.0, values.reshape(-1))
+
+    def _add(self, channel: str, ranges: Optional[list[tuple[int, int]]], weight: float, values: torch.Tensor) -> None:
         total, weights = self._buffers(channel)
-        total.add_(values.to(total.dtype))
-        weights.add_(1.0)
+        values = values.to(total.dtype)
+        if self._records is not None:
+            self._records.append((self.position, channel, ranges, weight, values))
+            return
+        if ranges is None:  # the whole channel
+            total.add_(values)
+            weights.add_(weight)
+            return
+        offset = 0
+        for start, stop in ranges:
+            total[start:stop].add_(values[offset:offset + stop - start], alpha=weight)
+            weights[start:stop].add_(weight)
+            offset += stop - start
 
     def has(self, channel: str) -> bool:
         return channel in self._sums
 
-    def all_reduce(self, channel: str, collective) -> None:
-        """Sums the channel's sums and weights over the ranks, in place (one collective); every rank
-        then holds the round's totals over all its clients."""
-        self._buffers(channel)
-        collective.sum_(self._sums[channel])
+    def combine(self, collective) -> None:
+        """Several ranks: every rank's recorded additions (values moved by ``collective.concat``,
+        their slices by ``all_gather_object``), made here in plan order; then every rank holds the sums
+        one process would have."""
+        records, self._records = self._records or [], None
+        values = torch.cat([r[4] for r in records]) if records else torch.zeros(0, device=self.device)
+        meta = collective.gather_objects([(r[0], r[1], r[2], r[3], r[4].numel()) for r in records])
+        values, offset, everyone = collective.concat(values), 0, []
+        for rank_meta in meta:
+            for position, channel, ranges, weight, size in rank_meta:
+                everyone.append((position, channel, ranges, weight, values[offset:offset + size]))
+                offset += size
+        self._sums = {}
+        for position, channel, ranges, weight, part in sorted(everyone, key=lambda r: r[0]):  # stable: a client's order
+            self._add(channel, ranges, weight, part)
 
     def sum(self, channel: str) -> torch.Tensor:
         """Σ over clients of what they uploaded (zero where nobody did)."""

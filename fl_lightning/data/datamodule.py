@@ -75,14 +75,22 @@ class TensorBatches:
     """A loader over in-memory tensors: consecutive slices, no per-sample Python work."""
 
     def __init__(self, *tensors: torch.Tensor, batch_size: int, rank: int = 0, world_size: int = 1):
-        n = len(tensors[0])  # several processes: rank r takes the r-th of K contiguous shares, none twice
-        self.tensors = tuple(t[n * rank // world_size:n * (rank + 1) // world_size] for t in tensors)
+        # several processes: rank r takes the r-th of K runs of consecutive batches, the batches one process
+        # makes (same contents, so the same per-batch sums), none twice
+        batches = -(-len(tensors[0]) // batch_size)
+        first, stop = batches * rank // world_size * batch_size, batches * (rank + 1) // world_size * batch_size
+        self.tensors = tuple(t[first:stop] for t in tensors)
         self.batch_size = batch_size
+        # a rank without a batch yields one empty batch, so that it runs the evaluation hooks (and their
+        # collectives) with the others; the module skips it
+        self.stand_in = world_size > 1 and first == stop
 
     def __len__(self) -> int:
-        return -(-len(self.tensors[0]) // self.batch_size)
+        return max(-(-len(self.tensors[0]) // self.batch_size), int(self.stand_in))
 
     def __iter__(self):
+        if self.stand_in:
+            yield self.tensors
         for start in range(0, len(self.tensors[0]), self.batch_size):
             yield tuple(t[start:start + self.batch_size] for t in self.tensors)
 

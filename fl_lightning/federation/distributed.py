@@ -2,9 +2,10 @@
 
 Every rank derives the same round plan from the seed, trains its share of the sampled clients
 (``share``: the longest local jobs first, each to the least loaded rank), and the round's upload
-sums are all-reduced, one collective per channel, through the Trainer's strategy
-(``strategy.reduce``, i.e. torch.distributed). Every rank then holds the same sums and applies the
-same server update, so the global models never diverge and nothing else is exchanged.
+clients' contributions (uploads, losses, logged values, evaluation batches' sums) are exchanged through
+torch.distributed (``concat``) and every rank adds them up in the order one process would: the plan's
+order for clients, the batches' order for evaluation. Every rank then holds the sums of one process
+bit for bit and applies the same server update (docs/scale_out.md, "Same numbers in every thread layout").
 """
 from __future__ import annotations
 
@@ -47,16 +48,37 @@ class Collective:
         except RuntimeError as err:  # gloo/NCCL: a peer closed its connection, or the collective timed out
             raise self._failure(err) from None
 
-    def union(self, names: list[str]) -> list[str]:
-        """The sorted union of every rank's ``names`` (e.g. the metric names a network logged)."""
+    def concat(self, rows: torch.Tensor) -> torch.Tensor:
+        """Every rank's ``rows`` (a [k, ...] tensor, k may differ by rank) one after another in rank order,
+        on every rank; the values are moved, never added, so they arrive bit for bit."""
         if self.world_size == 1:
-            return sorted(names)
-        gathered = [None] * self.world_size
+            return rows
+        counts = torch.zeros(self.world_size, dtype=torch.float64, device=self.device)
+        counts[self.rank] = len(rows)
+        counts = [int(c) for c in self.sum_(counts).tolist()]
+        padded = torch.zeros((max(counts), *rows.shape[1:]), dtype=rows.dtype, device=self.device)
+        padded[:len(rows)] = rows
+        gathered = [torch.empty_like(padded) for _ in range(self.world_size)]
         try:
-            torch.distributed.all_gather_object(gathered, sorted(names))
+            torch.distributed.all_gather(gathered, padded)
         except RuntimeError as err:
             raise self._failure(err) from None
-        return sorted(set().union(*gathered))
+        return torch.cat([part[:count] for part, count in zip(gathered, counts)]).to(rows.device)
+
+    def gather_objects(self, obj) -> list:
+        """Every rank's ``obj`` (picklable), in rank order."""
+        if self.world_size == 1:
+            return [obj]
+        gathered = [None] * self.world_size
+        try:
+            torch.distributed.all_gather_object(gathered, obj)
+        except RuntimeError as err:
+            raise self._failure(err) from None
+        return gathered
+
+    def union(self, names: list[str]) -> list[str]:
+        """The sorted union of every rank's ``names`` (e.g. the metric names a network logged)."""
+        return sorted(set().union(*self.gather_objects(sorted(names))))
 
     def _failure(self, err: RuntimeError) -> CollectiveError:
         """The one-line error; first, the ranks this process launched (Lightning's launcher on rank 0)

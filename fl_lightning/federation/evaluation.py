@@ -46,6 +46,8 @@ def test_metrics(net: nn.Module, trainer: pl.Trainer) -> dict[str, float]:
     net.eval()
     sums = []
     for batch_idx, (x, y) in enumerate(datamodule.test_dataloader()):
+        if not len(y):  # a rank's stand-in batch (fewer batches than ranks)
+            continue
         x, y = x.to(device), y.to(device)
         with trainer.precision_plugin.forward_context():
             if hook is None:
@@ -63,9 +65,10 @@ def test_metrics(net: nn.Module, trainer: pl.Trainer) -> dict[str, float]:
 
 
 def summed_over_ranks(sums: list[torch.Tensor], device: torch.device, collective: Collective) -> torch.Tensor:
-    """[Σ loss, # correct, # samples] over this rank's batches, then over every rank's (DDP shards the data)."""
-    total = torch.stack(sums).sum(0) if sums else torch.zeros(3, device=device)
-    return collective.sum_(total)
+    """[Σ loss, # correct, # samples] over every batch: each rank's batch sums (DDP gives each rank
+    consecutive batches) gathered in batch order, then summed as one process sums them."""
+    table = torch.stack(sums) if sums else torch.zeros(0, 3, device=device)
+    return collective.concat(table).sum(0)
 
 
 @torch.no_grad()
@@ -92,7 +95,6 @@ class GlobalEvaluation:
         self.metrics: dict[str, float] = {}  # this round's val/* (its log row)
         self._sums: list[torch.Tensor] = []
         self._logs = LoggedValues()  # the network's own self.log calls
-        self._own = False  # this evaluation ran the network's own hook
 
     def start(self, trainer: pl.Trainer, upload_d: Optional[float]) -> None:
         self.skip = not self._due(trainer, upload_d)
@@ -113,20 +115,21 @@ class GlobalEvaluation:
             return
         hook = own_hook(net, hook_name)
         if hook is not None:  # the network's own validation_step / test_step is the evaluation
-            self._own, self._logs.weight = True, len(y)
+            self._logs.weight = len(y)
             with logging_into(net, self._logs):
                 getattr(net, hook)((x, y), batch_idx)
             return
         self._sums.append(batch_sums(net, x, y))
 
-    def end(self, prefix: str, device: torch.device, collective: Collective) -> Optional[dict[str, float]]:
-        """The metrics of this evaluation (None when it was not due)."""
+    def end(self, prefix: str, net: nn.Module, collective: Collective) -> Optional[dict[str, float]]:
+        """The metrics of this evaluation (None when it was not due). Every rank takes the same path,
+        also one that had no batch (an evaluation set of fewer batches than ranks)."""
         if self.skip:
             self.skip = False
             return None
-        if self._own:
-            self._own = False
+        if own_hook(net, "validation_step" if prefix == "val" else "test_step") is not None:
             return self._logs.pop_means(collective)
+        device = next(net.parameters()).device
         loss, correct, count = summed_over_ranks(self._sums, device, collective).tolist()
         self._sums = []
         return {**self._logs.pop_means(collective), f"{prefix}/acc": correct / count, f"{prefix}/loss": loss / count}

@@ -6,7 +6,7 @@
         T local SGD steps                       (fl_lightning.federation.local_training)      client_step
         upload Δ = y − x^r over upload_ranges                                       client_final
         received.add(upload)                    in plan order, if it arrives and is finite
-    sums and counts all-reduced over ranks    (one process: nothing to do; fl_lightning.federation.distributed)
+    uploads combined over ranks, in plan order (one process: nothing to do; fl_lightning.federation.distributed)
     x^{r+1} = server_optimizer.step(g = −Δ̄)   server_update (FLCallbacks may transform Δ̄ first);
                                               skipped if no client reported
 
@@ -39,42 +39,44 @@ from fl_lightning.federation.seeding import Purpose, derive_seed
 
 
 class RoundTally:
-    """Per position in the round's plan: bytes each way and what became of the client's upload;
-    the reporting clients' loss sum. Rows are filled on the rank that trained the client, then summed
-    over ranks together with the round's channel sums (``all_reduce``)."""
+    """Per position in the round's plan: bytes each way, what became of the client's upload, and the
+    reporting clients' loss sums and step counts. Rows are filled on the rank that trained the client,
+    then combined over ranks with the round's uploads (``combine``); the mean loss adds them in plan order."""
 
     def __init__(self, num_clients: int, device: torch.device):
-        rows = torch.zeros(4, num_clients, dtype=torch.float64, device=device)
+        rows = torch.zeros(6, num_clients, dtype=torch.float64, device=device)
         self._rows = rows
-        self.upload_bytes, self.download_bytes, self.lost, self.non_finite = rows.unbind()
-        self._loss = torch.zeros(2, device=device)  # Σ loss over local steps, # steps (fp32, as the loss)
+        self.upload_bytes, self.download_bytes, self.lost, self.non_finite, self.loss, self.steps = rows.unbind()
+        self.reported: list[int] = []
 
-    def add_loss(self, loss_sum: torch.Tensor, steps: int) -> None:
-        self._loss[0] += loss_sum
-        self._loss[1] += steps
+    def add_loss(self, position: int, loss_sum: torch.Tensor, steps: int) -> None:
+        self.loss[position] = loss_sum.float()  # fp32, as the loss (exact in the fp64 row)
+        self.steps[position] = steps
 
     def mean_loss(self) -> torch.Tensor:
-        return self._loss[0] / self._loss[1]
+        """Σ loss / Σ steps over the reporting clients, summed in plan order in fp32."""
+        loss, steps = torch.zeros(2, dtype=torch.float32, device=self._rows.device).unbind()
+        for position in self.reported:
+            loss += self.loss[position].float()
+            steps += self.steps[position].float()
+        return loss / steps
 
-    def all_reduce(self, collective: Collective, received: ReceivedSums, plan: RoundContext,
-                   written: dict[str, set[int]]) -> dict[str, list[int]]:
-        """Sums everything over the ranks: first the counts, which channels any rank used and which
-        clients' state rows were written (one small collective), then each used channel (one each).
-        Returns, per client-state table, the clients whose rows to commit."""
-        channels, tables = list(plan.channels), sorted(written)
+    def combine(self, collective: Collective, received: ReceivedSums, plan: RoundContext,
+                written: dict[str, set[int]]) -> dict[str, list[int]]:
+        """Combines everything over the ranks: the rows and which clients' state rows were written (one
+        small collective), then the uploads (``ReceivedSums.combine``). Returns, per client-state table,
+        the clients whose rows to commit."""
+        tables = sorted(written)
         device = self._rows.device
-        used = torch.tensor([float(received.has(c)) for c in channels], dtype=torch.float64, device=device)
         flags = torch.tensor([[float(client.client_id in written[name]) for client in plan.clients] for name in tables],
                              dtype=torch.float64, device=device).reshape(len(tables), len(plan.clients))
-        packed = collective.sum_(torch.cat([self._rows.flatten(), self._loss.double(), used, flags.flatten()]))
-        sizes = [self._rows.numel(), 2, len(channels), flags.numel()]
-        rows, loss, used, flags = packed.split(sizes)
+        packed = collective.sum_(torch.cat([self._rows.flatten(), flags.flatten()]))  # one rank's value + zeros: exact
+        rows, flags = packed.split([self._rows.numel(), flags.numel()])
         self._rows.copy_(rows.view_as(self._rows))
-        self._loss.copy_(loss)
+        reported = (self.lost == 0) & (self.non_finite == 0)  # every position was trained on one rank
+        self.reported = [p for p in range(len(plan.clients)) if bool(reported[p])]
         if collective.world_size > 1:
-            for channel, any_rank in zip(channels, used.tolist()):
-                if any_rank:
-                    received.all_reduce(channel, collective)
+            received.combine(collective)
         flags = flags.view(len(tables), len(plan.clients)).tolist()
         return {name: [client.client_id for client, flag in zip(plan.clients, flags[t]) if flag]
                 for t, name in enumerate(tables)}
@@ -155,7 +157,7 @@ class FederatedLoop:
         """Runs round ``round_idx``; returns the reporting clients' mean local training loss (a 0-dim
         tensor), or None if no client reported (then nothing changed)."""
         plan = self.configure_round(round_idx)
-        received = ReceivedSums(plan.channels, self.global_vector.device)
+        received = ReceivedSums(plan.channels, self.global_vector.device, ordered=self.collective.world_size > 1)
         tally = RoundTally(len(plan.clients), self.global_vector.device)
         positions = self.collective.share([c.num_samples * c.local_epochs for c in plan.clients])
         trained = self.trained_clients(positions, plan)
@@ -164,20 +166,22 @@ class FederatedLoop:
         for position, (client, loss_sum, logs) in trained:
             task = plan.clients[position]
             if self.train_logs is not None:
+                self.train_logs.key = position
                 logs.replay(self.train_logs)
             if task.lost:
                 tally.lost[position] = 1
             elif not client.upload.is_finite():  # dropped, not averaged into the model
                 tally.non_finite[position] = 1
             else:
+                received.position = position
                 received.add(client.upload, delta_weight=client.weight)
                 client.received = received
                 self._call("on_client_reported", client)
-                tally.add_loss(loss_sum, client.steps)
+                tally.add_loss(position, loss_sum, client.steps)
             tally.upload_bytes[position] = 0 if task.pooled or task.lost else client.upload.nbytes
             tally.download_bytes[position] = 0 if task.pooled else client.download.nbytes
             del client, logs  # its upload and scratch go now, not while the next client trains
-        committed = tally.all_reduce(self.collective, received, plan, self.client_state.written())
+        committed = tally.combine(self.collective, received, plan, self.client_state.written())
         self.client_state.end_round(committed)
         lost, non_finite = int(tally.lost.sum()), int(tally.non_finite.sum())
         self.comm.add_round(tally.upload_bytes.long().tolist(), tally.download_bytes.long().tolist(),

@@ -9,8 +9,8 @@ With ``model.parallel_clients K`` each client gets N // K of them. The thread co
 not "what": it stays out of the run's identity (fl_lightning.runs.identity).
 
 Without ``--threads`` the same callback is still added (``layout_callback``): it records the layout a
-checkpoint was written with — intra-op threads per client, K, world size — and a resumed run whose
-layout differs where it changes the arithmetic says so in one line (docs/scale_out.md, "Same numbers in every
+checkpoint was written with — intra-op threads per client, K, world size — and a resumed run with other
+threads per client (the one part that changes the arithmetic) says so in one line (docs/scale_out.md, "Same numbers in every
 thread layout").
 """
 from __future__ import annotations
@@ -48,11 +48,11 @@ def describe(saved: dict) -> str:
 
 
 def layout_change(saved: Optional[dict], now: dict) -> Optional[str]:
-    """The one line for a resume whose layout changes the arithmetic (threads per client or ranks),
-    or None. K alone does not (the pool hands results back in plan order)."""
+    """The one line for a resume whose layout changes the arithmetic (threads per client), or None.
+    K and the number of ranks do not: results are combined in plan order (fl_lightning.federation.distributed)."""
     if not saved:
         return None  # a checkpoint from before the layout was recorded
-    if (saved.get("threads_per_client"), saved.get("world_size")) == (now["threads_per_client"], now["world_size"]):
+    if saved.get("threads_per_client") == now["threads_per_client"]:
         return None
     return (f"fl-lightning: the checkpoint was written with {describe(saved)}, this run has {describe(now)}: "
             "the resumed run cannot be bit-identical to an uninterrupted one (docs/scale_out.md, \"Same numbers in every "

@@ -35,18 +35,18 @@ def overrides(net, hook: str) -> bool:
 
 
 class LoggedValues:
-    """Stands in for ``self.log``/``self.log_dict`` of the user's module: sums what it logs."""
+    """Stands in for ``self.log``/``self.log_dict`` of the user's module: records what it logs, and sums it
+    when asked (``pop_means``) in one order however many ranks logged it: by ``key`` (a client's plan
+    position), then rank, then call (evaluation leaves key 0: ranks hold consecutive batches)."""
 
     def __init__(self):
-        self._sums: dict[str, torch.Tensor] = {}
-        self._counts: dict[str, int] = {}
+        self._calls: list[tuple[int, str, torch.Tensor, int]] = []  # (key, name, mean × weight, weight)
         self.weight = 1  # evaluation sets the batch's size: the mean over samples, as Lightning's on_epoch
+        self.key = 0
 
     def log(self, name: str, value, *args, batch_size=None, **kwargs) -> None:
         weight = self.weight if batch_size is None else batch_size
-        value = torch.as_tensor(value).detach().float().mean() * weight
-        self._sums[name] = self._sums[name] + value if name in self._sums else value
-        self._counts[name] = self._counts.get(name, 0) + weight
+        self._calls.append((self.key, name, torch.as_tensor(value).detach().float().mean() * weight, weight))
 
     def log_dict(self, dictionary: dict, *args, **kwargs) -> None:
         for name, value in dictionary.items():
@@ -54,14 +54,21 @@ class LoggedValues:
 
     def pop_means(self, collective: Collective) -> dict[str, float]:
         """Means of what was logged since the last call, over every rank's clients (or batches)."""
-        names = collective.union(sorted(self._sums))
-        if not names:
-            return {}
-        totals = torch.tensor([[float(self._sums.get(name, 0.0)), float(self._counts.get(name, 0))] for name in names],
-                              dtype=torch.float64)
-        totals = collective.sum_(totals.to(collective.device))
-        self._sums, self._counts = {}, {}
-        return {name: total / count for name, (total, count) in zip(names, totals.tolist()) if count}
+        calls, self._calls = self._calls, []
+        names = collective.union(sorted({name for _, name, _, _ in calls}))
+        if collective.world_size > 1 and names:
+            index = {name: i for i, name in enumerate(names)}
+            rows = torch.tensor([[key, index[name], float(value), weight] for key, name, value, weight in calls],
+                                dtype=torch.float64).reshape(-1, 4)
+            rows = collective.concat(rows.to(collective.device)).cpu()
+            calls = [(0, names[int(name)], torch.tensor(value, dtype=torch.float32), int(weight))
+                     for _, name, value, weight in sorted(rows.tolist(), key=lambda row: row[0])]
+        sums: dict[str, torch.Tensor] = {}
+        counts: dict[str, int] = {}
+        for _, name, value, weight in calls:
+            sums[name] = sums[name] + value if name in sums else value
+            counts[name] = counts.get(name, 0) + weight
+        return {name: float(sums[name]) / counts[name] for name in names if counts.get(name)}
 
 
 class RecordedLogs:
