@@ -24,6 +24,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_parallel.py
 	$(BIN)/python benchmarks/bench_cpu_limit.py
 	$(BIN)/python benchmarks/bench_systems.py
+	$(BIN)/python benchmarks/bench_trainer_path.py
 
 bench-memory: $(STAMP)
 	$(BIN)/python benchmarks/bench_memory.py

@@ -116,7 +116,7 @@ class FederatedModule(pl.LightningModule):
                                           "round_policy", "privacy", "local_trainer"])
         settle_options(self, network, algorithm, compression, system, round_policy, privacy, server_optimizer,
                        local_trainer)  # resolved and checked (fl_lightning.module_options); hparams record them
-        self.server_optimizer, self.local_trainer = server_optimizer, local_trainer
+        self.server_optimizer = server_optimizer
         self.automatic_optimization = False
         self.net = network
         self.blocks = partition_for(network, self.algorithm)

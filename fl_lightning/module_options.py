@@ -11,7 +11,7 @@ from fl_lightning.compression.codecs import Codec
 from fl_lightning.errors import ConfigError, check_accuracy
 from fl_lightning.federation.evaluation import evaluates_itself
 from fl_lightning.federation.parallel import check_parallel_clients
-from fl_lightning.federation.trainer_path import check_local_trainer
+from fl_lightning.federation.trainer_path import local_trainer_options
 from fl_lightning.federation.user_module import is_lightning, network_optimizer_settings
 from fl_lightning.personalization.evaluation import check_schedule
 from fl_lightning.privacy import resolve_privacy
@@ -121,6 +121,11 @@ def check_compatible(module, datamodule) -> None:
         raise ConfigError("model.clients_per_round", f"S={s} < N={module.blocks.num_blocks} blocks: every block "
                           "needs a client each round; raise S or lower model.algorithm.num_blocks")
     if not evaluates_itself(module.net):  # its own validation_step: forward and logits are never needed
+        if datamodule.num_classes == 0:
+            raise ConfigError("model.network", f"the labels are regression targets (floats), and "
+                              f"{type(module.net).__name__} has no validation_step: the built-in val/acc and val/loss "
+                              "need class indices; use a LightningModule whose training_step is the loss and whose "
+                              "validation_step logs its own metrics (docs/models_and_data.md, \"Your own model and data\")")
         check_network_fits(module.net, datamodule, module.flat.device)
     if module.hparams.parallel_clients > 1:
         check_parallel_clients(module.flat, module.local_loss, datamodule.clients, module.hparams.batch_size)
@@ -129,7 +134,7 @@ def check_compatible(module, datamodule) -> None:
 def settle_options(module, network, algorithm, compression, system, round_policy, privacy, server_optimizer,
                    local_trainer) -> None:
     """The module's options resolved (registry names → objects) and checked, one ConfigError each, in the order
-    a user meets them; sets ``module.algorithm``, ``.codec``, ``.system``, ``.round_policy``, ``.privacy`` and
+    a user meets them; sets ``module.algorithm``, ``.codec``, ``.system``, ``.round_policy``, ``.privacy``, ``.local_trainer`` and
     records in the hparams what ran, as plain data. ``module.hparams`` holds the init args already."""
     hp = module.hparams
     check_schedule(hp.personal_eval_every, hp.personal_eval_clients)
@@ -141,7 +146,7 @@ def settle_options(module, network, algorithm, compression, system, round_policy
     if module.round_policy is not None and module.system is None:
         raise ConfigError("model.round_policy", "needs a simulated system to time clients: give model.system")
     check_module_options(hp)
-    check_local_trainer(local_trainer, hp.parallel_clients)
+    module.local_trainer = local_trainer_options(local_trainer, hp.parallel_clients)
     module.algorithm.check_with(hp.weighted_aggregation, module.codec)
     module.privacy = resolve_privacy(privacy)  # None is off: nothing below changes
     if module.privacy is not None:

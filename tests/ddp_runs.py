@@ -21,6 +21,7 @@ from fl_lightning import FederatedDataModule, FederatedModule
 from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.models import MLP
 from tests.conftest import fl_module
+from tests.lightning_fixtures import make_classifier
 
 ROUNDS = 3
 CASES = {  # S = 5 clients per round: not divisible by the 2 ranks
@@ -33,6 +34,8 @@ CASES = {  # S = 5 clients per round: not divisible by the 2 ranks
     "scaffold_k2": dict(algorithm="scaffold", parallel_clients=2),  # each rank trains 2 clients at a time
     "powersgd": dict(algorithm="powersgd"),  # each client's warm-started Q and residual in the store
     "fedbcgd_eden": dict(algorithm="fedbcgd_eden", num_blocks=2, block_division="balanced"),  # seeded rotations
+    # a LightningModule with its own Adam, training logs and validation_step: its logged values over the ranks
+    "own_evaluation": dict(algorithm="fedavg", local_optimizer="network"),
 }
 
 
@@ -40,7 +43,8 @@ def fit(case: str, out: str, ddp: bool, rounds: int = ROUNDS, ckpt_path=None, ch
         version=None):
     """One run of ``case``; returns the module. Its CSV log goes to out/<case>/."""
     pl.seed_everything(0, verbose=False)
-    module = fl_module(MLP(in_features=64, num_classes=10, hidden=[32]), clients_per_round=5, local_epochs=1,
+    network = make_classifier(pl)() if case == "own_evaluation" else MLP(in_features=64, num_classes=10, hidden=[32])
+    module = fl_module(network, clients_per_round=5, local_epochs=1,
                              batch_size=10, lr=0.05, **CASES[case])
     data = FederatedDataModule(dataset="digits", num_clients=12, partition="dirichlet", dirichlet_rho=0.5)
     callbacks = [ModelCheckpoint(filename="{epoch}", save_top_k=-1, every_n_epochs=1)] if checkpoint_every_round else []

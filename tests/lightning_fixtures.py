@@ -77,3 +77,31 @@ def make_classifier(L):
             return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
 
     return Classifier
+
+
+def regression_data(n_train: int = 400, n_test: int = 100) -> tuple[torch.utils.data.Dataset, torch.utils.data.Dataset]:
+    """y = x·w + 0.1·noise with float targets, x ∈ R^5 (seeded)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n_train + n_test, 5, generator=g)
+    y = x @ torch.tensor([1.0, -2.0, 0.5, 0.0, 3.0]) + 0.1 * torch.randn(n_train + n_test, generator=g)
+    return (torch.utils.data.TensorDataset(x[:n_train], y[:n_train]),
+            torch.utils.data.TensorDataset(x[n_train:], y[n_train:]))
+
+
+def make_regressor(L):
+    class Regressor(L.LightningModule):
+        """Linear regression on float targets; logs its own mean squared error."""
+
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(5, 1)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return F.mse_loss(self.linear(x).squeeze(1), y)
+
+        def validation_step(self, batch, batch_idx):
+            x, y = batch
+            self.log("val_mse", F.mse_loss(self.linear(x).squeeze(1), y))
+
+    return Regressor

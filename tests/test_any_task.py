@@ -10,15 +10,15 @@ from fl_lightning import FederatedDataModule, FederatedModule
 from fl_lightning.errors import FLUserError
 from fl_lightning.runs import report
 from tests.conftest import make_trainer
-from tests.lightning_fixtures import digit_images, make_autoencoder, make_classifier
+from tests.lightning_fixtures import digit_images, make_autoencoder, make_classifier, make_regressor, regression_data
 
 
-def fit(network, rounds=4, logger_ns=pl, callbacks=(), **hparams):
+def fit(network, rounds=4, logger_ns=pl, callbacks=(), data=None, **hparams):
     torch.manual_seed(0)
     module = FederatedModule(network, algorithm="fedavg", clients_per_round=4, batch_size=25, **hparams)
     logger = logger_ns.loggers.CSVLogger("runs", name="any_task")
     trainer = make_trainer(rounds, logger=logger, callbacks=list(callbacks))
-    train, test = digit_images()
+    train, test = data or digit_images()
     trainer.fit(module, FederatedDataModule.from_datasets(train, test, num_clients=8, partition="iid"))
     with open(f"{logger.log_dir}/metrics.csv") as f:
         return module, trainer, [row for row in csv.DictReader(f) if row.get("round")]
@@ -97,15 +97,27 @@ def test_bad_target_options_are_one_line(options, field):
         FederatedModule(make_autoencoder(pl)(), **options)
 
 
-def test_float_labels_are_refused_in_one_line_not_cast_to_class_0():
-    x = torch.randn(40, 5)
-    regression = torch.utils.data.TensorDataset(x, x.sum(1) * 0.37)  # a regression target
-    with pytest.raises(FLUserError, match=r"^train_dataset: labels must be class indices .*got -?\d.* regression"):
-        FederatedDataModule.from_datasets(regression, regression, num_clients=2)
+def test_float_labels_are_regression_targets_and_a_self_evaluating_module_learns_them():
+    train, test = regression_data()
+    module, trainer, rows = fit(make_regressor(L)(), rounds=3, lr=0.2, lr_decay=1.0, data=(train, test))
+    mse = [float(r["val_mse"]) for r in rows]
+    print("val_mse per round:", [round(v, 4) for v in mse])
+    assert trainer.datamodule.split.train_y.dtype == torch.float32 and trainer.datamodule.num_classes == 0
+    assert mse[-1] < 0.2 * mse[0] and all(b < a for a, b in zip(mse, mse[1:])) and "val/acc" not in rows[0]
     # whole-number floats are class indices still
-    whole = torch.utils.data.TensorDataset(x, (torch.arange(40) % 3).float())
+    whole = torch.utils.data.TensorDataset(torch.randn(40, 5), (torch.arange(40) % 3).float())
     data = FederatedDataModule.from_datasets(whole, whole, num_clients=2)
     assert data.split.train_y.dtype == torch.long and data.num_classes == 3
+
+
+def test_regression_targets_with_a_plain_module_or_a_class_partition_are_one_line():
+    train, test = regression_data()
+    plain = FederatedModule(torch.nn.Linear(5, 1), clients_per_round=2)
+    with pytest.raises(FLUserError, match=r"^model.network: the labels are regression targets .*validation_step"):
+        plain.check_compatible(FederatedDataModule.from_datasets(train, test, num_clients=4, partition="iid"))
+    own = FederatedModule(make_regressor(pl)(), clients_per_round=2)
+    with pytest.raises(FLUserError, match=r"^data.partition: dirichlet splits by class, and the labels are regression"):
+        own.check_compatible(FederatedDataModule.from_datasets(train, test, num_clients=4))
 
 
 def test_a_plain_module_with_the_wrong_forward_is_told_what_was_called_and_the_way_out():
@@ -135,3 +147,24 @@ def test_a_lightning_pytorch_datamodule_is_accepted_as_data():
     assert len(data.split.train_y) + (0 if data.split.val_y is None else len(data.split.val_y)) == len(train)
     with pytest.raises(FLUserError, match=r"^datamodule: list is not a LightningDataModule"):
         FederatedDataModule.from_datamodule([])
+
+
+def test_a_lightning_pytorch_trainer_fitting_federated_module_is_one_line_and_exit_2(tmp_path):
+    import subprocess
+    import sys
+
+    script = ("import lightning.pytorch as L\nfrom fl_lightning import FederatedDataModule, FederatedModule\n"
+              "from fl_lightning.models import MLP\n"
+              "trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False)\n"
+              "trainer.fit(FederatedModule(MLP(64, 10), clients_per_round=4), FederatedDataModule('digits', num_clients=8))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    ours = [line for line in done.stderr.splitlines() if line.startswith("fl-lightning:")]
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert ours == ["fl-lightning: trainer: FederatedModule is a pytorch_lightning.LightningModule and the Trainer "
+                    "fitting it is lightning.pytorch.Trainer; fit it with pytorch_lightning.Trainer (import "
+                    "pytorch_lightning as pl; pl.Trainer(...)) — your network, data module, callbacks and loggers may "
+                    "come from either package (docs/lightning_namespaces.md)"]
+    # any other error still gets its traceback
+    other = subprocess.run([sys.executable, "-c", "import fl_lightning.module\nraise TypeError('other')"],
+                           capture_output=True, text=True, timeout=60)
+    assert other.returncode == 1 and "Traceback" in other.stderr and "TypeError: other" in other.stderr

@@ -1,5 +1,7 @@
 """Issue 30 item 3: clients' local epochs in the user's own pl.Trainer give the fast path's numbers (quickstart
 settings, 2 rounds), with the algorithm's hooks as Lightning callbacks; the user's callbacks run in it."""
+from pathlib import Path
+
 import pytest
 import pytorch_lightning as pl
 import torch
@@ -7,6 +9,8 @@ import torch
 from fl_lightning import FederatedDataModule, FederatedModule
 from fl_lightning.models import MLP
 from tests.conftest import make_trainer
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 class CountSteps(pl.Callback):
@@ -45,10 +49,32 @@ def test_the_users_trainer_options_apply():
     assert metrics["val/acc"] > 0.1 and counter.steps > 0
 
 
-@pytest.mark.parametrize("options, match", [({"max_epochs": 3}, "max_epochs: decided by the round"),
-                                            ([1], "needs a dict")])
+def test_callbacks_given_as_class_path_dicts_on_the_command_line_run_in_the_local_trainer(capsys):
+    from fl_lightning.cli import main
+
+    spec = '{"callbacks": [{"class_path": "tests.test_trainer_path.PrintSteps", "init_args": {"label": "local"}}]}'
+    assert main(["fit", "--config", str(REPO / "configs" / "quickstart.yaml"), "--trainer.max_epochs", "1",
+                 "--trainer.enable_progress_bar", "false", "--model.local_trainer", spec]) == 0
+    out = capsys.readouterr().out
+    # 10 clients × 2 local epochs of ⌈n_i / 10⌉ steps: one line per client's fit
+    assert out.count("local: fit ended after") == 10
+    assert "local_trainer:" in open(next(Path("runs").rglob("config.yaml"))).read()
+
+
+class PrintSteps(pl.Callback):
+    def __init__(self, label: str):
+        self.label = label
+
+    def on_fit_end(self, trainer, pl_module):
+        print(f"{self.label}: fit ended after {trainer.global_step} steps")
+
+
+@pytest.mark.parametrize("options, match", [
+    ({"max_epochs": 3}, "model.local_trainer: max_epochs: decided by the round"),
+    ([1], "model.local_trainer: needs a dict"),
+    ({"callbacks": [{"class_path": "nope.Missing"}]}, "model.local_trainer.callbacks: cannot import 'nope.Missing'")])
 def test_bad_local_trainer_options_are_one_line(options, match):
     from fl_lightning.errors import FLUserError
 
-    with pytest.raises(FLUserError, match=f"^model.local_trainer: {match}"):
+    with pytest.raises(FLUserError, match=f"^{match}"):
         FederatedModule(MLP(64, 10), local_trainer=options)

@@ -319,6 +319,9 @@ class FederatedDataModule(pl.LightningDataModule):
             return [torch.nonzero(split.natural_clients == k).flatten() for k in range(self.num_clients)]
         rng = np.random.default_rng([run_seed(), 0xDA7A])
         labels = split.train_y.numpy()
+        if split.num_classes == 0 and self.partition != "iid":
+            raise ConfigError("data.partition", f"{self.partition} splits by class, and the labels are regression "
+                              "targets (floats, no classes): use data.partition iid, or give client_ids")
         if self.partition == "iid":
             return iid_partition(labels, self.num_clients, rng, self.options.samples_per_client)
         if self.partition == "shards":
@@ -344,7 +347,9 @@ class FederatedDataModule(pl.LightningDataModule):
         return ClientData(self.split.train_x[order], self.split.train_y[order], offsets, self.split.train_transform)
 
     def histogram(self) -> torch.Tensor:
-        """(M, C) per-client class counts."""
+        """(M, C) per-client class counts (C = 0 for regression targets)."""
+        if self.split.num_classes == 0:
+            return torch.zeros(len(self.client_indices), 0, dtype=torch.long)
         return class_histogram(self.split.train_y, self.client_indices, self.split.num_classes)
 
     def save_partition(self, path: str) -> None:
@@ -354,7 +359,7 @@ class FederatedDataModule(pl.LightningDataModule):
             writer = csv.writer(f)
             writer.writerow(["client", "samples"] + [f"class_{c}" for c in range(hist.shape[1])])
             for i, row in enumerate(hist.tolist()):
-                writer.writerow([i, sum(row)] + row)
+                writer.writerow([i, len(self.client_indices[i])] + row)
 
     def use_input_config(self, mean: tuple, std: tuple, interpolation: str, image_size: int) -> None:
         """Feed images as a pretrained model expects them (timm's data config): its mean/std and

@@ -40,7 +40,7 @@ def read_dataset(dataset, field: str) -> tuple[torch.Tensor, torch.Tensor]:
     if getattr(dataset, "transform", None) is None and hasattr(dataset, "data") and hasattr(dataset, "targets"):
         data = torch.as_tensor(np.asarray(dataset.data))
         x = to_nchw_uint8(data) if data.dtype == torch.uint8 and data.ndim in (3, 4) else data
-        return x, class_indices(torch.as_tensor(np.asarray(dataset.targets)), field)
+        return x, labels_of(torch.as_tensor(np.asarray(dataset.targets)), field)
     if len(dataset) == 0:
         raise ConfigError(field, "the data set is empty")
     inputs, labels = [], []
@@ -53,18 +53,23 @@ def read_dataset(dataset, field: str) -> tuple[torch.Tensor, torch.Tensor]:
     x = torch.stack(inputs)
     if x.dtype == torch.uint8 and x.ndim == 3:
         x = x.unsqueeze(1)
-    return x, class_indices(torch.stack(labels), field)
+    return x, labels_of(torch.stack(labels), field)
 
 
-def class_indices(labels: torch.Tensor, field: str) -> torch.Tensor:
-    """Labels as class indices, or one line: a float label (regression) is never silently cast to a class."""
-    if labels.ndim != 1 or (labels.is_floating_point() and not torch.equal(labels, labels.round())):
-        example = labels.flatten()[0].item() if labels.ndim != 1 else labels[labels != labels.round()][0].item()
-        raise ConfigError(field, f"labels must be class indices (one integer per item), got {example:g} of "
-                          f"shape {tuple(labels.shape[1:])} per item: fl-lightning's data partitions and built-in "
-                          "classification metrics (val/acc) need classes; regression targets are not supported "
-                          "as labels")
-    return labels.long()
+def labels_of(labels: torch.Tensor, field: str) -> torch.Tensor:
+    """Class indices (integral labels) as int64; anything else (float or vector targets: regression) as
+    float32 — never silently cast to a class. Regression data have no classes (``num_classes`` 0): the
+    partition must be iid (or the data's own clients) and the network must evaluate itself
+    (``fl_lightning.module_options.check_compatible``)."""
+    if labels.ndim == 1 and (not labels.is_floating_point() or torch.equal(labels, labels.round())):
+        return labels.long()
+    if not (labels.is_floating_point() or labels.dtype in (torch.int32, torch.int64)):
+        raise ConfigError(field, f"labels of dtype {labels.dtype} are neither class indices nor numeric targets")
+    return labels.float()
+
+
+def is_regression(labels: torch.Tensor) -> bool:
+    return labels.is_floating_point()
 
 
 def split_from_datasets(train_dataset, test_dataset, opts: DataOptions, num_classes: Optional[int] = None,
@@ -72,7 +77,10 @@ def split_from_datasets(train_dataset, test_dataset, opts: DataOptions, num_clas
     train_x, train_y = read_dataset(train_dataset, "train_dataset")
     test_x, test_y = read_dataset(test_dataset, "test_dataset")
     classes = getattr(train_dataset, "classes", None)
-    num_classes = num_classes or (len(classes) if classes else int(max(train_y.max(), test_y.max())) + 1)
+    if is_regression(train_y) or is_regression(test_y):
+        train_y, test_y, num_classes = train_y.float(), test_y.float(), 0  # targets, no classes
+    num_classes = num_classes if num_classes is not None else (
+        len(classes) if classes else int(max(train_y.max(), test_y.max())) + 1)
     if train_x.dtype == torch.uint8 and train_x.ndim == 4:
         split = image_split(train_x, train_y, test_x, test_y, num_classes, channel_stats(train_x), opts)
     else:

@@ -3,10 +3,13 @@ the same classes twice, and an object of one is not an instance of the other's. 
 on ``pytorch_lightning``; a user's network is recognised by what it is, from either package (callbacks and
 loggers of ``lightning.pytorch`` on its Trainer are called by hook name and work as they are). The one mix that
 cannot work: a ``lightning.pytorch.Trainer`` fitting ``FederatedModule`` (a ``pytorch_lightning`` module):
-Lightning refuses it; fit with ``pytorch_lightning.Trainer`` (docs/lightning_namespaces.md)."""
+Lightning refuses it with a TypeError before any of fl-lightning's code runs; a script that does not catch it
+gets one line saying what to change and exit code 2 instead of the traceback (``explain_other_trainer``)
+(docs/lightning_namespaces.md)."""
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import Optional
 
@@ -38,3 +41,31 @@ def is_lightning_module(obj) -> bool:
 def lightning_base(obj) -> Optional[type]:
     """The LightningModule class ``obj`` derives from (either namespace's)."""
     return next((base for base in bases("LightningModule") if isinstance(obj, base)), None)
+
+
+OTHER_TRAINER = ("fl-lightning: trainer: FederatedModule is a pytorch_lightning.LightningModule and the Trainer fitting "
+                 "it is lightning.pytorch.Trainer; fit it with pytorch_lightning.Trainer (import pytorch_lightning as "
+                 "pl; pl.Trainer(...)) — your network, data module, callbacks and loggers may come from either package "
+                 "(docs/lightning_namespaces.md)")
+
+
+def explain_other_trainer() -> None:
+    """A ``sys.excepthook`` for the one mix that cannot work: lightning.pytorch's Trainer refusing FederatedModule
+    (``TypeError: `model` must be a `LightningModule` ... got `FederatedModule```) becomes ``OTHER_TRAINER`` and
+    exit code 2, as a user mistake; every other exception goes to the hook that was there."""
+    previous = sys.excepthook
+    if getattr(previous, "explains_other_trainer", False):
+        return
+
+    def hook(kind, error, traceback):
+        text = str(error)
+        if kind is TypeError and "must be a `LightningModule`" in text and "got `FederatedModule`" in text:
+            print(OTHER_TRAINER, file=sys.stderr, flush=True)
+            os._exit(2)  # nothing was started: Lightning refused before fitting
+        previous(kind, error, traceback)
+
+    hook.explains_other_trainer = True
+    sys.excepthook = hook
+
+
+explain_other_trainer()  # installed with FederatedModule (fl_lightning.module imports this module through user_module)

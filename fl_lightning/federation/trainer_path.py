@@ -7,6 +7,9 @@ streams, as on the fast path, so with no Trainer options of its own it trains to
 """
 from __future__ import annotations
 
+import importlib
+from typing import Optional
+
 import pytorch_lightning as pl
 import torch
 
@@ -103,12 +106,13 @@ def train_in_trainer(local, client) -> torch.Tensor:
     return step.loss_sum
 
 
-def check_local_trainer(options, parallel_clients: int) -> None:
-    """One line for Trainer options the round decides itself."""
+def local_trainer_options(options, parallel_clients: int) -> Optional[dict]:
+    """``model.local_trainer`` checked, its callbacks/logger/plugins given as ``{class_path, init_args}`` dicts
+    (the command line's and config.yaml's form) built once; or one line for options the round decides itself."""
     from fl_lightning.errors import ConfigError
 
     if options is None:
-        return
+        return None
     if not isinstance(options, dict):
         raise ConfigError("model.local_trainer", f"needs a dict of pl.Trainer options, got {type(options).__name__}")
     decided = sorted(set(options) & {"max_epochs", "min_epochs", "max_steps", "devices", "strategy", "num_nodes"})
@@ -117,3 +121,32 @@ def check_local_trainer(options, parallel_clients: int) -> None:
                           "the run's own trainer); leave them out")
     if parallel_clients > 1:
         raise ConfigError("model.local_trainer", "trains one client at a time: set model.parallel_clients 1")
+    resolved = dict(options)
+    for key in ("callbacks", "logger", "plugins"):
+        value = resolved.get(key)
+        if isinstance(value, (list, tuple)):
+            resolved[key] = [built(item, f"model.local_trainer.{key}") for item in value]
+        elif value is not None:
+            resolved[key] = built(value, f"model.local_trainer.{key}")
+    return resolved
+
+
+def built(spec, field: str):
+    """An object from ``{"class_path": "pkg.Class", "init_args": {...}}`` (anything else as it is)."""
+    from fl_lightning.errors import ConfigError
+
+    if not isinstance(spec, dict):
+        return spec
+    path, init_args = spec.get("class_path"), spec.get("init_args") or {}
+    if not isinstance(path, str) or set(spec) - {"class_path", "init_args"}:
+        raise ConfigError(field, f"give each entry as {{class_path: pkg.Class, init_args: {{...}}}}, got {spec!r}")
+    module_name, _, name = path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError, ValueError):
+        raise ConfigError(field, f"cannot import {path!r}; give a full class path such as "
+                          "pytorch_lightning.callbacks.LearningRateMonitor") from None
+    try:
+        return cls(**init_args)
+    except TypeError as err:
+        raise ConfigError(field, f"{path}({', '.join(map(str, init_args))}) failed: {err}") from None
