@@ -4,9 +4,10 @@ import csv
 import math
 
 import dp_accounting
+import numpy as np
 import pytest
 import torch
-from dp_accounting import rdp
+from dp_accounting import pld, rdp
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 from sklearn.datasets import load_digits
@@ -18,6 +19,7 @@ from fl_lightning.algorithms import create
 from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.cli import main as cli_main
 from fl_lightning.errors import ConfigError
+from fl_lightning.federation.seeding import Purpose, derive_seed
 from fl_lightning.privacy import ClientDP, PrivacyOptions, accountant
 from fl_lightning.federation.toy import ToyFederation
 from tests.conftest import fl_module, make_trainer
@@ -91,6 +93,33 @@ def test_logged_epsilon_is_dp_accounting_on_the_same_event():
     assert float(rows[0]["privacy/delta"]) == pytest.approx(delta)
 
 
+class CohortSizes(FLCallback):
+    def __init__(self):
+        self.cohorts = []
+
+    def configure_round(self, round):
+        self.cohorts.append([task.client_id for task in round.clients])
+
+
+def test_poisson_sampling_draws_each_client_with_q_and_is_accounted_as_poisson():
+    recorder = CohortSizes()
+    _, rows = fit(4, callbacks=[recorder], privacy=PrivacyOptions(noise_multiplier=1.0, clip=0.05, sampling="poisson",
+                                                                  accountant="pld"))
+    # the round-r draw: every client independently with q = M/K, from the round's sampling stream
+    expected = [np.flatnonzero(np.random.default_rng(derive_seed(r, Purpose.SAMPLING)).random(CLIENTS) < COHORT / CLIENTS)
+                .tolist() for r in range(4)]
+    assert recorder.cohorts == expected and len({len(c) for c in expected}) > 1  # cohort sizes vary
+    logged = [float(r["privacy/epsilon"]) for r in rows]
+    for rounds, eps in enumerate(logged, start=1):
+        direct = pld.PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+        direct.compose(dp_accounting.PoissonSampledDpEvent(COHORT / CLIENTS, dp_accounting.GaussianDpEvent(1.0)),
+                       rounds)
+        assert eps == pytest.approx(direct.get_epsilon(1 / CLIENTS ** 1.1), rel=1e-6)
+    with pytest.raises(ConfigError, match="^model.privacy.sampling: poisson divides every coordinate's noised sum"):
+        fl_module(mlp(), algorithm="fedbcgd", num_blocks=2,
+                  privacy=PrivacyOptions(noise_multiplier=1.0, sampling="poisson"))
+
+
 def analytic_gaussian_delta(eps, sigma):
     """δ(ε) of one Gaussian release with sensitivity 1 and std σ, exactly (Balle & Wang, ICML 2018, Thm. 8)."""
     phi = lambda t: 0.5 * math.erfc(-t / math.sqrt(2))
@@ -153,6 +182,11 @@ def test_target_epsilon_is_met_after_max_epochs():
     _, rows = fit(3, privacy=PrivacyOptions(target_epsilon=5.0, clip=0.05))
     assert float(rows[-1]["privacy/epsilon"]) == pytest.approx(5.0, rel=2e-3)
     assert float(rows[-1]["privacy/epsilon"]) <= 5.0
+    # report: ε at the end is a column of the summary
+    from fl_lightning.runs import report
+    assert report.main(["runs/dp", "--target", "0.5", "--out", "rep"]) == 0
+    (row,) = list(csv.DictReader(open("rep.csv")))
+    assert float(row["final_epsilon"]) == float(rows[-1]["privacy/epsilon"]) and row["seeds"] == "1"
 
 
 @pytest.mark.parametrize("hp,field", [({"algorithm": "scaffold"}, "model.privacy"),

@@ -34,6 +34,7 @@ class LocalConfig:
     client_dropout: float = 0.0  # probability that a sampled client's upload never arrives
     parallel_clients: int = 1  # K: clients trained at the same time in this process
     local_trainer: Optional[dict] = None  # Trainer options: local epochs in a user-configured pl.Trainer (issue 30)
+    poisson_rate: Optional[float] = None  # q: each client joins a round independently with probability q (issue 31)
 
 
 def call_hook(callbacks: Sequence[FLCallback], hook: str, context) -> None:

@@ -132,6 +132,8 @@ class FederatedLoop:
         rng = np.random.default_rng(derive_seed(round_idx, Purpose.SAMPLING))
         if self.systems is not None:  # issue 32: only clients online at the round's start (policy's count)
             return self.systems.sample(rng, self.config.clients_per_round)
+        if self.config.poisson_rate is not None:  # issue 31: each client independently, with probability q
+            return np.flatnonzero(rng.random(len(self.clients)) < self.config.poisson_rate).tolist()
         return sorted(rng.choice(len(self.clients), self.config.clients_per_round, replace=False).tolist())
 
     def configure_round(self, round_idx: int) -> RoundContext:

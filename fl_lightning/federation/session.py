@@ -25,13 +25,21 @@ def simulator(module, num_clients: int) -> Optional[RoundSimulator]:
     return simulated
 
 
+def poisson_rate(privacy, cohort: int, population: int) -> Optional[float]:
+    """q = M/K when model.privacy samples clients by Poisson sampling (issue 31), else None (a fixed cohort)."""
+    if privacy is None or privacy.sampling != "poisson":
+        return None
+    return cohort / population
+
+
 def start_rounds(module) -> None:
     """Sets ``module.client_state``, ``module.loop`` and ``module.personal`` for this fit."""
     trainer, hp = module.trainer, module.hparams
     fl_callbacks = [cb for cb in trainer.callbacks if isinstance(cb, FLCallback)]
     grad_clip = hp.grad_clip if hp.grad_clip is not None else module.algorithm.default_grad_clip()
     config = LocalConfig(hp.clients_per_round, hp.local_epochs, hp.batch_size, hp.weighted_aggregation,
-                         grad_clip, hp.client_dropout, hp.parallel_clients, module.local_trainer)
+                         grad_clip, hp.client_dropout, hp.parallel_clients, module.local_trainer,
+                         poisson_rate(module.privacy, hp.clients_per_round, trainer.datamodule.num_clients))
     module.global_vector.copy_(module.flat.vector)  # x^r: the network holds it (restored on resume)
     server, local = module.optimizers()
     clients = trainer.datamodule.clients.to(module.device)

@@ -54,7 +54,8 @@ class ClientDP(FLCallback):
             if not self.rounds or self.rounds < 1:
                 raise ConfigError("model.privacy.target_epsilon", "needs the number of rounds: set trainer.max_epochs")
             self.noise_multiplier = accountant.noise_multiplier_for(opts.target_epsilon, self.rounds, cohort,
-                                                                    population, self.delta)
+                                                                    population, self.delta, opts.sampling,
+                                                                    opts.accountant)
         if opts.adaptive_quantile is not None:
             update_noise_multiplier(self.noise_multiplier, self.count_noise)  # σ_b too small: one line now
         if opts.epsilon_budget is not None and self.epsilon_after(1) > opts.epsilon_budget:
@@ -82,7 +83,8 @@ class ClientDP(FLCallback):
         return update_noise_multiplier(self.noise_multiplier, self.count_noise)
 
     def epsilon_after(self, rounds: int) -> float:
-        return accountant.epsilon(self.noise_multiplier, rounds, self.cohort, self.population, self.delta)
+        return accountant.epsilon(self.noise_multiplier, rounds, self.cohort, self.population, self.delta,
+                                  self.options.sampling, self.options.accountant)
 
     def next_round_exceeds_budget(self, rounds_done: int) -> bool:
         budget = self.options.epsilon_budget
@@ -95,11 +97,17 @@ class ClientDP(FLCallback):
                               "whose mean the server would release without noise; use GroupNorm or no buffers")
         if self.population is None:
             self.prepare(round.num_clients, len(round.clients))
-        if len(round.clients) != self.cohort or round.num_clients != self.population:
+        poisson = self.options.sampling == "poisson"
+        if (not poisson and len(round.clients) != self.cohort) or round.num_clients != self.population:
             raise ConfigError("model.privacy", f"the accountant was set up for M={self.cohort} of K={self.population}, "
                               f"the round samples {len(round.clients)} of {round.num_clients}")
         round.channels[COUNT] = 1
-        self._counts = planned_counts(round.clients, round.num_params)
+        # poisson: the expected cohort qK = M for every coordinate (whole-model uploads), whatever was drawn
+        if poisson and any(task.upload_ranges != [(0, round.numel)] for task in round.clients):
+            raise ConfigError("model.privacy.sampling", "poisson needs every client to upload the whole model "
+                              "(its sums are divided by the expected cohort qK); use sampling fixed")
+        self._counts = (torch.full((round.num_params,), float(self.cohort), dtype=torch.float64) if poisson
+                        else planned_counts(round.clients, round.num_params))
         self.clipped = self.reported = 0
 
     def on_client_end(self, client):

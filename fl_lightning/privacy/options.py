@@ -32,8 +32,9 @@ class PrivacyOptions:
         count_noise: σ_b, std of the noise on the unclipped count (default cohort/20, the paper's).
         delta: δ of the reported ε (default 1/K^1.1, K the population).
         epsilon_budget: stop before a round after which ε would exceed this.
-        accountant: rdp (fixed cohorts) or pld (poisson sampling only).
-        sampling: fixed (M of K without replacement: what the loop does) or poisson (calculator only).
+        accountant: rdp, or pld (poisson sampling only).
+        sampling: fixed (a cohort of M of K without replacement) or poisson (each client joins a round
+            independently with q = M/K; the sums are divided by the expected cohort qK).
     """
 
     noise_multiplier: Optional[float] = None
@@ -62,13 +63,11 @@ class PrivacyOptions:
         if self.accountant not in ACCOUNTANTS:
             raise ConfigError("model.privacy.accountant", f"unknown {self.accountant!r}; choose one of "
                               f"{', '.join(ACCOUNTANTS)}")
-        if self.sampling != "fixed":
-            raise ConfigError("model.privacy.sampling", f"{self.sampling!r}: the loop samples a fixed cohort of M "
-                              "clients; use fixed (poisson: fl-lightning privacy --sampling poisson only)"
-                              if self.sampling in SAMPLINGS else f"unknown {self.sampling!r}; choose fixed")
-        if self.accountant == "pld":
+        if self.sampling not in SAMPLINGS:
+            raise ConfigError("model.privacy.sampling", f"unknown {self.sampling!r}; choose one of {', '.join(SAMPLINGS)}")
+        if self.accountant == "pld" and self.sampling == "fixed":
             raise ConfigError("model.privacy.accountant", "pld does not support a fixed cohort without replacement "
-                              "in dp-accounting; use rdp")
+                              "in dp-accounting; use rdp, or sampling poisson")
 
     def spec(self) -> dict:
         return dataclasses.asdict(self)
@@ -89,11 +88,17 @@ def resolve_privacy(privacy: Union[PrivacyOptions, dict, str, None]) -> Optional
     return privacy
 
 
-def check_algorithm(privacy: PrivacyOptions, algorithm_name: str, weighted_aggregation: bool, codec) -> None:
+def check_algorithm(privacy: PrivacyOptions, algorithm_name: str, weighted_aggregation: bool, codec,
+                    partial_uploads: bool = False) -> None:
     """What client-level DP refuses to run with: one line each."""
     if algorithm_name in SECOND_UPLOAD:
         raise ConfigError("model.privacy", f"{algorithm_name} {SECOND_UPLOAD[algorithm_name]}; client-level DP "
                           "covers the model update only — use fedavg, fedavgm, fedprox or fedbcgd")
+    if privacy.sampling == "poisson" and (partial_uploads or codec is not None):
+        raise ConfigError("model.privacy.sampling", f"poisson divides every coordinate's noised sum by the expected "
+                          f"cohort qK; {algorithm_name if partial_uploads else 'a codec'} uploads only part of the "
+                          "model, whose expected per-coordinate count depends on the realised cohort — use sampling "
+                          "fixed (the fixed-cohort accounting covers it)")
     if weighted_aggregation:
         raise ConfigError("model.weighted_aggregation", "with model.privacy the sum's sensitivity must be C: "
                           "weights n_i would scale it; set weighted_aggregation false")

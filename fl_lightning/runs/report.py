@@ -157,6 +157,8 @@ def summarise(curve: list[dict], target: float, window: int, budgets: list[float
             evaluated, target, window, "time/sim_s", metric, mode)
     if "train/objective" in evaluated[-1]:
         summary["final_train_objective"] = evaluated[-1]["train/objective"]
+    if "privacy/epsilon" in curve[-1]:  # issue 31: the client-level ε spent by the end (at privacy/delta)
+        summary["final_epsilon"] = curve[-1]["privacy/epsilon"]
     personal = [r for r in curve if "pval/acc_mean" in r]  # issue 33: the clients' own models on their own data
     if personal:
         summary.update({f"final_pval_{k}": personal[-1][f"pval/{k}"] for k in ("acc_mean", "acc_p10", "acc_std")})
@@ -235,6 +237,8 @@ def table(groups: dict[str, list[dict]], target: float, window: int, budgets: li
             keys += [f"objective_at_{b:g}d" for b in budgets] + ["final_train_objective"]
         if all("sim_s_to_target_first" in s for s in summaries):  # issue 32: time to target, mean ± std
             keys += ["sim_s_to_target_first", "sim_s_to_target_sustained"]
+        if all("final_epsilon" in s for s in summaries):  # issue 31: ε at the end, mean ± std over seeds
+            keys.append("final_epsilon")
         if all("final_pval_acc_mean" in s for s in summaries):  # issue 33: personalised accuracy, mean ± std
             keys += ["final_pval_acc_mean", "final_pval_acc_p10", "final_pval_acc_std"]
         for key in keys:
