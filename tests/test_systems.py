@@ -12,6 +12,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 
 from fl_lightning import FederatedDataModule
+from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.errors import ConfigError
 from fl_lightning.systems import Population, RoundPolicy, RoundSimulator, SystemModel
 from fl_lightning.systems.profiles import MBIT
@@ -114,6 +115,36 @@ def test_deadline_run_drops_the_clients_whose_time_exceeds_it(tmp_path):
     assert late == 4 and float(rows[0]["sys/stragglers"]) == late
     assert float(rows[0]["comm/clients_reported"]) == 8 - late
     assert float(rows[0]["time/sim_round_s"]) == pytest.approx(deadline)
+
+
+class StepsTaken(FLCallback):
+    def __init__(self):
+        self.steps = {}
+
+    def on_client_end(self, client):
+        self.steps[client.client_id] = client.steps
+
+    def on_server_update(self, server):
+        self.tau_sum = float(server.received.sum("weighted_steps")[0])  # FedNova's Σ p_i τ_i (p_i = 1 here)
+
+
+def test_partial_work_uses_the_steps_done_by_the_deadline_and_fednova_sees_them(tmp_path):
+    speeds = [1000.0, 1000.0, 1000.0, 1000.0, 20.0, 20.0, 10.0, 10.0]
+    trace = write_trace(tmp_path / "t.csv", speeds)
+    probe, data, _ = run(1, "probe", system=trace, clients_per_round=8)
+    transfer = 2 * probe.flat.numel * 4 / (10.0 * 1e6 / 8) + 0.5  # download + upload of the model, latency
+    full = [math.ceil(data.clients.num_samples(c) / BATCH) for c in range(8)]
+    deadline = transfer + 3.5 * BATCH / 20.0  # the speed-20 clients fit 3 steps, the speed-10 ones 1
+    recorder = StepsTaken()
+    module, _, rows = run(1, "partial", system=trace, clients_per_round=8, algorithm="fednova", callbacks=[recorder],
+                          round_policy=RoundPolicy("deadline", deadline_s=deadline, partial_work=True))
+    expected = [min(f, k) for f, k in zip(full, [full[0], full[1], full[2], full[3], 3, 3, 1, 1])]
+    print("steps per client:", expected)
+    assert [recorder.steps[c] for c in range(8)] == expected and len(set(expected)) > 2  # τ_i really differ
+    assert float(rows[0]["sys/stragglers"]) == 0 and float(rows[0]["comm/clients_reported"]) == 8
+    assert recorder.tau_sum == sum(expected)  # FedNova's τ_eff = Σ τ_i / 8 uses the partial step counts
+    with pytest.raises(ConfigError, match=r"^model.round_policy.partial_work: .*deadline_s"):
+        RoundPolicy("over_selection", partial_work=True)
 
 
 def test_same_seed_same_simulation_and_resume_is_exact(tmp_path):

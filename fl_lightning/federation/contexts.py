@@ -38,6 +38,7 @@ class ClientTask:
     local_epochs: int = 1
     pooled: bool = False  # centralised SGD: all clients' data in one place, nothing crosses a network
     lost: bool = False  # fails to report: it downloads and trains, but its upload never arrives
+    max_steps: Optional[int] = None  # stop after this many local steps (issue 32: partial work by a deadline)
 
 
 @dataclass

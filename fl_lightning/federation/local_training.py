@@ -107,10 +107,15 @@ class LocalTrainer:
         seed_global_rng(stream_seed(task.seed, Stream.DROPOUT), x.device)
         loss_sum = torch.zeros((), device=x.device)
         flat, optimizer, clip, net = self.flat, self.optimizer, self.config.grad_clip, self.flat.net
+        budget = task.max_steps if task.max_steps is not None else -1  # partial work: stop after it
         for _ in range(task.local_epochs):
+            if client.steps == budget:
+                break
             perm = torch.randperm(n, generator=batch_order).to(x.device)
             xs, ys = x[perm], y[perm]
             for start in range(0, n, batch):
+                if client.steps == budget:
+                    break
                 client.batch = (self.clients.prepare(xs[start:start + batch], augmentation), ys[start:start + batch])
                 if self._replays_minibatch:
                     client.batch_rng_state = global_rng_state(x.device)

@@ -151,6 +151,8 @@ class FederatedLoop:
                             self.flat.num_params, self.flat.numel, self.blocks, self.client_state, self.flat.device,
                             self.clients.offsets[-1], tuple(self.flat.segments))
         self._call("configure_round", plan)
+        if self.systems is not None:  # issue 32: partial work — each client's step budget by the deadline
+            self.systems.budget_steps(plan, self.flat.numel)
         self.client_state.begin_round(round_idx, [client.client_id for client in plan.clients])
         return plan
 

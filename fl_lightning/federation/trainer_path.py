@@ -95,7 +95,9 @@ def train_in_trainer(local, client) -> torch.Tensor:
     callbacks = list(options.pop("callbacks", None) or [])
     defaults = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                     accelerator=local.flat.device.type, devices=1, num_sanity_val_steps=0)
+    budget = client.task.max_steps  # issue 32: partial work by a deadline
     trainer = pl.Trainer(**{**defaults, **options}, max_epochs=client.task.local_epochs,
+                         max_steps=budget if budget is not None else -1,
                          callbacks=[*callbacks, ClientHooks(local, client)])
     batches = ClientBatches(local, client)
     seed_global_rng(stream_seed(client.task.seed, Stream.DROPOUT), batches.x.device)

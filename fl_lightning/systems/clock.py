@@ -58,6 +58,21 @@ class RoundSimulator:
         self.seconds += time.perf_counter() - started
         return chosen
 
+    def budget_steps(self, plan, numel: int) -> None:
+        """Hook 1b, with ``partial_work``: each planned client's step budget ``task.max_steps``, the local
+        steps that fit before the deadline (fl_lightning.systems.policies); 0 steps: it is a straggler."""
+        if not self.policy.partial_work:
+            return
+        tasks = plan.clients
+        ids = np.array([task.client_id for task in tasks], dtype=np.int64)
+        upload = [4 * sum(stop - start for start, stop in task.upload_ranges) for task in tasks]
+        transfer = self.population.client_times(ids, [4 * numel] * len(tasks), upload, [0] * len(tasks))
+        spare = np.maximum(self.policy.deadline_s - transfer, 0.0)
+        steps = np.floor(spare * self.population.speed[ids] / self.batch_size * (1 - 1e-12))
+        for task, budget in zip(tasks, steps.tolist()):
+            task.max_steps = int(budget)
+            task.lost = task.lost or task.max_steps == 0
+
     def admit(self, trained: Iterable[tuple[int, tuple]], plan, per_round: int) -> Iterator[tuple[int, tuple]]:
         """Hook 2: holds the round's trained clients, times them, marks the ones the policy does not
         aggregate as lost (stragglers), advances the clock, then yields them in plan order."""

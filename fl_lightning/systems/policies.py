@@ -11,6 +11,11 @@ given each one's simulated finishing time, and when the round ends.
 * ``over_selection`` (``beta``, optional ``deadline_s``): sample ⌈(1+β)·S⌉ available clients, aggregate
   the first S to finish (ties: plan order); the rest are stragglers. The round ends when the S-th
   finished (or at the deadline, if fewer than S made it).
+* ``partial_work`` (with a deadline): a client does the local steps that fit before the deadline instead
+  of all of them — k_i = ⌊(deadline − its transfer and latency time) · speed / B⌋, with the transfer of a
+  whole-model download and an uncompressed model-update upload (a client's estimate before it trains) —
+  and its partial update is aggregated; one that cannot fit a single step is a straggler. FedNova's τ_i
+  then really differ.
 
 Only clients available at the round's start are sampled (fl_lightning.systems.simulator).
 """
@@ -31,9 +36,11 @@ class RoundPolicy:
         kind: wait_for_all, deadline or over_selection.
         deadline_s: the round's deadline in simulated seconds (deadline: required; over_selection: optional).
         beta: over_selection's extra fraction β ≥ 0: ⌈(1+β)·S⌉ clients sampled.
+        partial_work: stragglers send the steps they finished by the deadline instead of being dropped.
     """
 
-    def __init__(self, kind: str = "wait_for_all", deadline_s: Optional[float] = None, beta: float = 0.3):
+    def __init__(self, kind: str = "wait_for_all", deadline_s: Optional[float] = None, beta: float = 0.3,
+                 partial_work: bool = False):
         if kind not in KINDS:
             raise ConfigError("model.round_policy", f"unknown policy {kind!r}; choose one of {', '.join(KINDS)}")
         if kind == "deadline" and deadline_s is None:
@@ -43,11 +50,15 @@ class RoundPolicy:
             raise ConfigError("model.round_policy.deadline_s", f"must be > 0, got {deadline_s}")
         if not beta >= 0:
             raise ConfigError("model.round_policy.beta", f"must be ≥ 0, got {beta}")
-        self.kind, self.deadline_s, self.beta = kind, deadline_s, float(beta)
+        if partial_work and deadline_s is None:
+            raise ConfigError("model.round_policy.partial_work", "uses the work done by the deadline: give "
+                              "model.round_policy.deadline_s")
+        self.kind, self.deadline_s, self.beta, self.partial_work = kind, deadline_s, float(beta), bool(partial_work)
 
     def spec(self) -> dict:
         return {"class_path": f"{__name__}.RoundPolicy",
-                "init_args": {"kind": self.kind, "deadline_s": self.deadline_s, "beta": self.beta}}
+                "init_args": {"kind": self.kind, "deadline_s": self.deadline_s, "beta": self.beta,
+                              **({"partial_work": True} if self.partial_work else {})}}
 
     def num_sampled(self, per_round: int) -> int:
         """How many clients to sample for ``per_round`` aggregated ones."""
