@@ -2,6 +2,7 @@
 share, pval/* in metrics.csv, personal state surviving kill and resume bit for bit, and one line for bad input."""
 import csv
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -101,6 +102,15 @@ def test_personal_parts_are_not_uploaded_and_fedavg_is_evaluated_per_client():
     assert float(fedper[-1]["comm/upload_d"]) == pytest.approx((numel - head) / d)  # all of it but the head
     assert 0 <= float(fedavg[-1]["pval/acc_p10"]) <= float(fedavg[-1]["pval/acc_mean"]) <= 1
     assert os.path.exists("runs/avg/version_0/pval_clients.csv")
+    # report: a histogram of the clients' own accuracies, with the counts of pval_clients.csv's last round
+    from fl_lightning.runs import report
+    from fl_lightning.runs.pval_histogram import counts, write_histogram
+    with open("runs/avg/version_0/pval_clients.csv") as f:
+        accs = [float(r["acc"]) for r in csv.DictReader(f)]
+    assert counts([0.0, 0.05, 0.1, 0.95, 1.0]) == [2, 1, 0, 0, 0, 0, 0, 0, 0, 2]
+    written = write_histogram({"fedavg": [[Path("runs/avg/version_0")]]}, Path("hist"))
+    assert written == {"fedavg": counts(accs)} and sum(written["fedavg"]) == 8 and os.path.exists("hist_pval_hist.png")
+    assert report.main(["runs/avg", "--target", "0.5", "--out", "rep"]) == 0 and os.path.exists("rep_pval_hist.png")
 
 
 @pytest.mark.parametrize("args,field,fix", [

@@ -32,6 +32,7 @@ import yaml
 from fl_lightning.errors import ConfigError, check_accuracy
 from fl_lightning.runs.figures import AXES, X_AXES, colour_of, finish
 from fl_lightning.runs.identity import identity_settings, read_run_id, run_id
+from fl_lightning.runs.pval_histogram import write_histogram
 
 
 
@@ -373,5 +374,7 @@ def main(args: list[str]) -> int:
                        options.target, options.window, mode), end="")
     plot({label: [curves[r] for r in runs] for label, runs in groups.items()}, options.out, options.target,
          options.title, X_AXES[options.x], metric)
+    if write_histogram({label: [runs[r] for r in members] for label, members in groups.items()}, options.out):
+        print(f"fl-lightning report: per-client personalised accuracy → {options.out}_pval_hist.png/.pdf")
     print(f"fl-lightning report: {len(curves)} runs in {len(groups)} groups → {options.out}.md/.csv/.tex/.png/.pdf")
     return 0
