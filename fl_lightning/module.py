@@ -94,6 +94,8 @@ class FederatedModule(pl.LightningModule):
         personal_eval_every: with data.personal_fraction: log pval/* (each client's personalised model on its
             held-out data, fl_lightning.personalization) every n rounds; unset: after the last round only.
         personal_eval_clients: evaluate pval/* on this many clients (a sample fixed by the seed); unset: all.
+        personal_new_clients: hold this many clients (a sample fixed by the seed) out of training and log
+            pval_new/*: x^r fine-tuned for local_epochs on each one's data, on its held-out data.
     """
 
     runs_federated_rounds = True  # what FLCallback.setup looks for
@@ -110,7 +112,7 @@ class FederatedModule(pl.LightningModule):
                  system: Union[SystemModel, str, None] = None,
                  round_policy: Union[RoundPolicy, str, None] = None, privacy: Optional[PrivacyOptions] = None,
                  local_trainer: Optional[dict] = None, personal_eval_every: Optional[int] = None,
-                 personal_eval_clients: Optional[int] = None):
+                 personal_eval_clients: Optional[int] = None, personal_new_clients: Optional[int] = None):
         super().__init__()
         self.save_hyperparameters(ignore=["network", "server_optimizer", "algorithm", "compression", "system",
                                           "round_policy", "privacy", "local_trainer"])

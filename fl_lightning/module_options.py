@@ -13,7 +13,7 @@ from fl_lightning.federation.evaluation import evaluates_itself
 from fl_lightning.federation.parallel import check_parallel_clients
 from fl_lightning.federation.trainer_path import local_trainer_options
 from fl_lightning.federation.user_module import is_lightning, network_optimizer_settings
-from fl_lightning.personalization.evaluation import check_schedule
+from fl_lightning.personalization.evaluation import check_new_clients, check_schedule
 from fl_lightning.privacy import resolve_privacy
 from fl_lightning.privacy.options import check_algorithm as check_privacy
 from fl_lightning.systems import RoundPolicy, resolve_policy, resolve_system
@@ -117,6 +117,11 @@ def check_compatible(module, datamodule) -> None:
     s, m = module.hparams.clients_per_round, datamodule.num_clients
     if s > m:
         raise ConfigError("model.clients_per_round", f"S={s} exceeds data.num_clients M={m}; choose S ≤ M")
+    new = module.hparams.get("personal_new_clients")
+    if new and (s > m - new or getattr(datamodule, "personal_fraction", None) is None):
+        raise ConfigError("model.personal_new_clients", f"{new} clients held out of M={m} leave fewer than S={s} "
+                          "to train" if s > m - new else "evaluates on each client's held-out share: set "
+                          "data.personal_fraction")
     if module.blocks is not None and s < module.blocks.num_blocks:
         raise ConfigError("model.clients_per_round", f"S={s} < N={module.blocks.num_blocks} blocks: every block "
                           "needs a client each round; raise S or lower model.algorithm.num_blocks")
@@ -149,6 +154,7 @@ def settle_options(module, network, algorithm, compression, system, round_policy
     module.local_trainer = local_trainer_options(local_trainer, hp.parallel_clients)
     module.algorithm.check_with(hp.weighted_aggregation, module.codec)
     module.privacy = resolve_privacy(privacy)  # None is off: nothing below changes
+    check_new_clients(hp.personal_new_clients, module.system, module.privacy)
     if module.privacy is not None:
         check_privacy(module.privacy, module.algorithm.name, hp.weighted_aggregation, module.codec,
                       getattr(module.algorithm, "uses_blocks", False))

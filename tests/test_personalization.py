@@ -11,7 +11,9 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 
 from fl_lightning import FederatedDataModule
+from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.cli import main
+from fl_lightning.errors import FLUserError
 from fl_lightning.data.partition import quantity_partition, shards_partition
 from fl_lightning.personalization.split import hold_out_per_client
 from tests.conftest import fl_module, make_trainer
@@ -128,3 +130,33 @@ def test_bad_personalisation_input_is_one_line(args, field, fix, capsys):
     code = main(["fit", "--config", QUICKSTART, "--trainer.max_epochs", "1", *QUIET, *args])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and field in err[0] and fix in err[0], err
+
+
+class Sampled(FLCallback):
+    def __init__(self):
+        self.ids = set()
+
+    def configure_round(self, round):
+        self.ids |= {task.client_id for task in round.clients}
+
+
+def test_new_clients_never_train_and_are_evaluated_after_fine_tuning():
+    from fl_lightning.personalization.evaluation import new_client_ids
+
+    sampled = Sampled()
+    module, rows = conv_run(3, "new", "fedper", callbacks=[sampled], personal_new_clients=2)
+    new = new_client_ids(8, 2)
+    assert len(new) == 2 and sampled.ids.isdisjoint(new) and len(sampled.ids) > 4  # only the other 6 trained
+    assert float(rows[-1]["pval/clients"]) == 6 and float(rows[-1]["pval_new/clients"]) == 2
+    # pval_new: x^r fine-tuned for local_epochs on each new client's data, by the evaluation's own fine_tune
+    evaluation = module.personal
+    expected = []
+    for cid in new:
+        vector = module.global_vector.clone()
+        evaluation.fine_tune(vector, cid, 1, None)
+        module.flat.load(vector)
+        module.flat.net.eval()
+        expected.append(evaluation.client_accuracy(cid)[0])
+    assert float(rows[-1]["pval_new/acc_mean"]) == pytest.approx(float(np.mean(expected)), abs=1e-12)
+    with pytest.raises(FLUserError, match=r"^model.personal_new_clients: 7 clients held out of M=8 leave fewer"):
+        conv_run(1, "too_many", "fedavg", personal_new_clients=7)

@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 root = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/personalization/runs")
-ORDER = ["fedavg", "fedavg_ft", "fedper", "fedrep", "ditto", "fedbcgd", "fedbcgd_personal"]
+ORDER = ["fedavg", "fedavg_ft", "fedbn", "fedper", "fedrep", "ditto", "fedbcgd", "fedbcgd_personal"]
 
 
 def cell(values, digits=3):
@@ -21,6 +21,8 @@ for part in sorted(p.name for p in root.iterdir() if p.is_dir()):
         finals = []
         for metrics in sorted(root.glob(f"{part}/{alg},seed=*/metrics.csv")):
             rows = [r for r in csv.DictReader(open(metrics))]
+            if not any(r.get("pval/acc_mean") for r in rows):
+                continue  # unfinished: pval/* comes with the last round
             last_pval = [r for r in rows if r.get("pval/acc_mean")][-1]
             last_val = [r for r in rows if r.get("val/acc")][-1]
             finals.append((float(last_pval["pval/acc_mean"]), float(last_pval["pval/acc_p10"]),

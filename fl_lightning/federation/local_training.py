@@ -35,6 +35,7 @@ class LocalConfig:
     parallel_clients: int = 1  # K: clients trained at the same time in this process
     local_trainer: Optional[dict] = None  # Trainer options: local epochs in a user-configured pl.Trainer (issue 30)
     poisson_rate: Optional[float] = None  # q: each client joins a round independently with probability q (issue 31)
+    excluded_clients: tuple = ()  # never sampled: new clients for pval_new/* (issue 33)
 
 
 def call_hook(callbacks: Sequence[FLCallback], hook: str, context) -> None:

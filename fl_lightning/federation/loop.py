@@ -134,6 +134,9 @@ class FederatedLoop:
             return self.systems.sample(rng, self.config.clients_per_round)
         if self.config.poisson_rate is not None:  # issue 31: each client independently, with probability q
             return np.flatnonzero(rng.random(len(self.clients)) < self.config.poisson_rate).tolist()
+        if self.config.excluded_clients:  # issue 33: clients held out of training (pval_new/*)
+            eligible = np.setdiff1d(np.arange(len(self.clients)), self.config.excluded_clients)
+            return sorted(rng.choice(eligible, self.config.clients_per_round, replace=False).tolist())
         return sorted(rng.choice(len(self.clients), self.config.clients_per_round, replace=False).tolist())
 
     def configure_round(self, round_idx: int) -> RoundContext:

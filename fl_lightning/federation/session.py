@@ -10,7 +10,7 @@ import torch
 from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.federation.client_state import open_store
 from fl_lightning.federation.loop import FederatedLoop, LocalConfig
-from fl_lightning.personalization.evaluation import PersonalEvaluation
+from fl_lightning.personalization.evaluation import PersonalEvaluation, new_client_ids
 from fl_lightning.systems import RoundPolicy, RoundSimulator
 
 
@@ -37,9 +37,11 @@ def start_rounds(module) -> None:
     trainer, hp = module.trainer, module.hparams
     fl_callbacks = [cb for cb in trainer.callbacks if isinstance(cb, FLCallback)]
     grad_clip = hp.grad_clip if hp.grad_clip is not None else module.algorithm.default_grad_clip()
+    new = new_client_ids(trainer.datamodule.num_clients, hp.get("personal_new_clients"))  # never trained (pval_new/*)
     config = LocalConfig(hp.clients_per_round, hp.local_epochs, hp.batch_size, hp.weighted_aggregation,
                          grad_clip, hp.client_dropout, hp.parallel_clients, module.local_trainer,
-                         poisson_rate(module.privacy, hp.clients_per_round, trainer.datamodule.num_clients))
+                         poisson_rate(module.privacy, hp.clients_per_round, trainer.datamodule.num_clients),
+                         tuple(new))
     module.global_vector.copy_(module.flat.vector)  # x^r: the network holds it (restored on resume)
     server, local = module.optimizers()
     clients = trainer.datamodule.clients.to(module.device)
@@ -57,4 +59,5 @@ def start_rounds(module) -> None:
     held_out = getattr(trainer.datamodule, "personal", None)
     module.personal = None if held_out is None else PersonalEvaluation(  # pval/*
         module.flat, module.local_loss, held_out.to(module.device), clients, module.client_state, fl_callbacks,
-        trainer.datamodule.eval_transform, hp.batch_size, hp.lr, hp.personal_eval_every, hp.personal_eval_clients)
+        trainer.datamodule.eval_transform, hp.batch_size, hp.lr, hp.personal_eval_every, hp.personal_eval_clients,
+        new, hp.local_epochs)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import csv
 import os
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 import torch
@@ -26,7 +26,24 @@ from fl_lightning.errors import ConfigError
 from fl_lightning.federation.evaluation import batch_sums
 from fl_lightning.federation.seeding import derive_seed, generator, isolated_rng, seed_global_rng
 
-SAMPLE_KEY, FINE_TUNE_KEY = 0x9E75, 0x9E7A
+SAMPLE_KEY, FINE_TUNE_KEY, NEW_KEY = 0x9E75, 0x9E7A, 0x9E7B
+
+
+def new_client_ids(num_clients: int, count: Optional[int]) -> list[int]:
+    """``model.personal_new_clients``: the clients held out of training, a sample fixed by the run seed."""
+    if not count:
+        return []
+    return sorted(np.random.default_rng(derive_seed(NEW_KEY)).choice(num_clients, count, replace=False).tolist())
+
+
+def check_new_clients(count: Optional[int], system, privacy) -> None:
+    if count is None:
+        return
+    if count < 1:
+        raise ConfigError("model.personal_new_clients", f"must be ≥ 1, got {count}; unset: none held out")
+    if system is not None or (privacy is not None and getattr(privacy, "sampling", "fixed") == "poisson"):
+        raise ConfigError("model.personal_new_clients", "samples from the clients not held out, which "
+                          f"{'model.system' if system is not None else 'Poisson sampling'} does not; unset one")
 
 
 def check_schedule(every: Optional[int], clients: Optional[int]) -> None:
@@ -36,18 +53,19 @@ def check_schedule(every: Optional[int], clients: Optional[int]) -> None:
         raise ConfigError("model.personal_eval_clients", f"must be ≥ 1, got {clients}; unset: every client")
 
 
-def summarise(accuracies: list[float], losses: list[float]) -> dict[str, float]:
+def summarise(accuracies: list[float], losses: list[float], prefix: str = "pval") -> dict[str, float]:
     acc = np.asarray(accuracies, dtype=np.float64)
-    return {"pval/acc_mean": float(acc.mean()), "pval/acc_std": float(acc.std()),
-            "pval/acc_p10": float(np.percentile(acc, 10)), "pval/loss_mean": float(np.mean(losses)),
-            "pval/clients": float(len(acc))}
+    return {f"{prefix}/acc_mean": float(acc.mean()), f"{prefix}/acc_std": float(acc.std()),
+            f"{prefix}/acc_p10": float(np.percentile(acc, 10)), f"{prefix}/loss_mean": float(np.mean(losses)),
+            f"{prefix}/clients": float(len(acc))}
 
 
 class PersonalEvaluation:
     """Evaluates personalised models on held-out client data (module docstring)."""
 
     def __init__(self, flat, loss_fn, held_out, train_clients, client_state, callbacks, eval_transform,
-                 batch_size: int, lr: float, every: Optional[int] = None, sample: Optional[int] = None):
+                 batch_size: int, lr: float, every: Optional[int] = None, sample: Optional[int] = None,
+                 new_clients: Sequence[int] = (), new_epochs: int = 1):
         self.flat, self.loss_fn, self.held_out, self.train_clients = flat, loss_fn, held_out, train_clients
         self.client_state, self.eval_transform, self.batch_size, self.lr = client_state, eval_transform, batch_size, lr
         self.callbacks = [cb for cb in callbacks if hasattr(cb, "personalize")]
@@ -58,6 +76,8 @@ class PersonalEvaluation:
         else:
             self.client_ids = sorted(np.random.default_rng(derive_seed(SAMPLE_KEY)).choice(num, sample,
                                                                                            replace=False).tolist())
+        self.new_clients, self.new_epochs = list(new_clients), new_epochs
+        self.client_ids = [cid for cid in self.client_ids if cid not in set(self.new_clients)]  # trained ones
         self.round = 0
 
     def due(self, rounds_done: int, last: bool) -> bool:
@@ -107,14 +127,14 @@ class PersonalEvaluation:
         net, was_training = self.flat.net, self.flat.net.training
         accuracies, losses, rows = [], [], []
         for cid in self.client_ids:
-            vector = self.personal_vector(cid, global_vector)
-            self.flat.load(vector)
+            self.flat.load(self.personal_vector(cid, global_vector))
             net.eval()
             acc, loss = self.client_accuracy(cid)
             if acc == acc:  # clients with a held-out share
                 accuracies.append(acc)
                 losses.append(loss)
                 rows.append([round_idx + 1, cid, acc])
+        never_trained = self._new_clients(global_vector)
         self.flat.load(global_vector)
         net.train(was_training)
         if csv_dir is not None:
@@ -125,4 +145,19 @@ class PersonalEvaluation:
                 if new:
                     writer.writerow(["round", "client", "acc"])
                 writer.writerows(rows)
-        return summarise(accuracies, losses) if accuracies else {}
+        return {**(summarise(accuracies, losses) if accuracies else {}), **never_trained}
+
+    def _new_clients(self, global_vector: torch.Tensor) -> dict[str, float]:
+        """pval_new/*: each never-trained client's x^r fine-tuned for ``new_epochs`` (every parameter, plain
+        SGD at the round's lr) on its own training data, evaluated on its held-out data."""
+        accuracies, losses = [], []
+        for cid in self.new_clients:
+            vector = global_vector.clone()
+            self.fine_tune(vector, cid, self.new_epochs, None)
+            self.flat.load(vector)
+            self.flat.net.eval()
+            acc, loss = self.client_accuracy(cid)
+            if acc == acc:
+                accuracies.append(acc)
+                losses.append(loss)
+        return summarise(accuracies, losses, "pval_new") if accuracies else {}

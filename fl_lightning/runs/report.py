@@ -163,6 +163,8 @@ def summarise(curve: list[dict], target: float, window: int, budgets: list[float
     personal = [r for r in curve if "pval/acc_mean" in r]  # issue 33: the clients' own models on their own data
     if personal:
         summary.update({f"final_pval_{k}": personal[-1][f"pval/{k}"] for k in ("acc_mean", "acc_p10", "acc_std")})
+        if "pval_new/acc_mean" in personal[-1]:  # clients that never trained, after fine-tuning
+            summary["final_pval_new_acc_mean"] = personal[-1]["pval_new/acc_mean"]
     return summary
 
 
@@ -242,6 +244,7 @@ def table(groups: dict[str, list[dict]], target: float, window: int, budgets: li
             keys.append("final_epsilon")
         if all("final_pval_acc_mean" in s for s in summaries):  # issue 33: personalised accuracy, mean ± std
             keys += ["final_pval_acc_mean", "final_pval_acc_p10", "final_pval_acc_std"]
+            keys += ["final_pval_new_acc_mean"] if all("final_pval_new_acc_mean" in s for s in summaries) else []
         for key in keys:
             row[key], row[f"{key}_std"] = mean_std([s[key] for s in summaries])
         reached = sum(math.isfinite(s["d_to_target_sustained"]) for s in summaries)
