@@ -97,6 +97,12 @@ def test_bad_target_options_are_one_line(options, field):
         FederatedModule(make_autoencoder(pl)(), **options)
 
 
+def test_target_accuracy_with_a_network_that_evaluates_itself_is_one_line():
+    with pytest.raises(FLUserError, match=r"^model.target_accuracy: val/acc is not logged \(the network's own "
+                       r"validation_step is the evaluation\): give --model.target_metric NAME .* one of .*val_loss"):
+        fit(make_autoencoder(pl)(), rounds=1, target_accuracy=0.5)
+
+
 def test_float_labels_are_regression_targets_and_a_self_evaluating_module_learns_them():
     train, test = regression_data()
     module, trainer, rows = fit(make_regressor(L)(), rounds=3, lr=0.2, lr_decay=1.0, data=(train, test))
