@@ -153,6 +153,19 @@ def test_a_lightning_pytorch_datamodule_is_accepted_as_data():
     assert len(data.split.train_y) + (0 if data.split.val_y is None else len(data.split.val_y)) == len(train)
     with pytest.raises(FLUserError, match=r"^datamodule: list is not a LightningDataModule"):
         FederatedDataModule.from_datamodule([])
+    # the data module itself, not wrapped, given to fit: one line saying how to wrap it
+    module = FederatedModule(make_classifier(L)(), clients_per_round=2)
+    with pytest.raises(FLUserError, match=r"^datamodule: FederatedModule trains on a FederatedDataModule, got none "
+                       r".*FederatedDataModule.from_datamodule\(yours, num_clients=M\)"):
+        make_trainer(1).fit(module, Digits())  # positional: pytorch_lightning takes it for dataloaders
+    with pytest.raises(FLUserError, match=r"^datamodule: FederatedModule trains on a FederatedDataModule, got "
+                       r"(tests\.)?test_any_task\.PlainDigits: wrap"):
+        make_trainer(1).fit(module, datamodule=PlainDigits())
+
+
+class PlainDigits(pl.LightningDataModule):
+    def train_dataloader(self):
+        return torch.utils.data.DataLoader(digit_images()[0], batch_size=32)
 
 
 def test_a_lightning_pytorch_trainer_fitting_federated_module_is_one_line_and_exit_2(tmp_path):
