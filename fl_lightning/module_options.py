@@ -8,6 +8,7 @@ from fl_lightning.algorithms import Algorithm, create
 from fl_lightning.algorithms.names import import_class
 from fl_lightning.compression import CODECS
 from fl_lightning.compression.codecs import Codec
+from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.errors import ConfigError, check_accuracy
 from fl_lightning.federation.evaluation import evaluates_itself
 from fl_lightning.federation.parallel import check_parallel_clients
@@ -110,6 +111,12 @@ def check_target(hp) -> None:
 def check_compatible(module, datamodule) -> None:
     """Settings that only clash once model and data meet: S ≤ M, a client per block, the network's input
     size, a network parallel clients can share (a pretrained timm model's input config is applied first)."""
+    if not isinstance(datamodule, FederatedDataModule):  # issue 30: a user's own data module, either namespace
+        got = "none (fit's second argument was not taken as a data module)" if datamodule is None else \
+            f"{type(datamodule).__module__}.{type(datamodule).__name__}"
+        raise ConfigError("datamodule", f"FederatedModule trains on a FederatedDataModule, got {got}: wrap your "
+                          "LightningDataModule (pytorch_lightning or lightning.pytorch) as "
+                          "FederatedDataModule.from_datamodule(yours, num_clients=M) and pass datamodule=that")
     datamodule.setup("fit")
     expected = timm_input_config(module.net)
     if expected is not None:

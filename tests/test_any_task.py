@@ -97,6 +97,12 @@ def test_bad_target_options_are_one_line(options, field):
         FederatedModule(make_autoencoder(pl)(), **options)
 
 
+def test_target_accuracy_with_a_network_that_evaluates_itself_is_one_line():
+    with pytest.raises(FLUserError, match=r"^model.target_accuracy: val/acc is not logged \(the network's own "
+                       r"validation_step is the evaluation\): give --model.target_metric NAME .* one of .*val_loss"):
+        fit(make_autoencoder(pl)(), rounds=1, target_accuracy=0.5)
+
+
 def test_float_labels_are_regression_targets_and_a_self_evaluating_module_learns_them():
     train, test = regression_data()
     module, trainer, rows = fit(make_regressor(L)(), rounds=3, lr=0.2, lr_decay=1.0, data=(train, test))
@@ -147,6 +153,19 @@ def test_a_lightning_pytorch_datamodule_is_accepted_as_data():
     assert len(data.split.train_y) + (0 if data.split.val_y is None else len(data.split.val_y)) == len(train)
     with pytest.raises(FLUserError, match=r"^datamodule: list is not a LightningDataModule"):
         FederatedDataModule.from_datamodule([])
+    # the data module itself, not wrapped, given to fit: one line saying how to wrap it
+    module = FederatedModule(make_classifier(L)(), clients_per_round=2)
+    with pytest.raises(FLUserError, match=r"^datamodule: FederatedModule trains on a FederatedDataModule, got none "
+                       r".*FederatedDataModule.from_datamodule\(yours, num_clients=M\)"):
+        make_trainer(1).fit(module, Digits())  # positional: pytorch_lightning takes it for dataloaders
+    with pytest.raises(FLUserError, match=r"^datamodule: FederatedModule trains on a FederatedDataModule, got "
+                       r"(tests\.)?test_any_task\.PlainDigits: wrap"):
+        make_trainer(1).fit(module, datamodule=PlainDigits())
+
+
+class PlainDigits(pl.LightningDataModule):
+    def train_dataloader(self):
+        return torch.utils.data.DataLoader(digit_images()[0], batch_size=32)
 
 
 def test_a_lightning_pytorch_trainer_fitting_federated_module_is_one_line_and_exit_2(tmp_path):

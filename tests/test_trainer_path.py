@@ -1,10 +1,13 @@
 """Issue 30 item 3: clients' local epochs in the user's own pl.Trainer give the fast path's numbers (quickstart
 settings, 2 rounds), with the algorithm's hooks as Lightning callbacks; the user's callbacks run in it."""
+import csv
+import logging
 from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.utilities.rank_zero import rank_zero_module
 
 from fl_lightning import FederatedDataModule, FederatedModule
 from fl_lightning.models import MLP
@@ -42,23 +45,45 @@ def test_the_users_trainer_gives_the_fast_paths_numbers(algorithm):
 
 
 def test_the_users_trainer_options_apply():
-    """accumulate_grad_batches 2 halves the optimizer steps (the step-end hooks count them), a user callback runs."""
+    """accumulate_grad_batches 2 halves the optimizer steps (the step-end hooks count them), a user callback runs;
+    the clients' Trainers say nothing at info level (the run's Trainer says "GPU available" once, not 1 + S)."""
     counter = CountSteps()
-    metrics, module = quickstart("fedavg", rounds=1, local_trainer={"accumulate_grad_batches": 2,
-                                                                    "gradient_clip_val": 1.0, "callbacks": [counter]})
+    lines = Lines()
+    rank_zero_module.log.addHandler(lines)
+    try:
+        metrics, module = quickstart("fedavg", rounds=1, local_trainer={"accumulate_grad_batches": 2,
+                                                                        "gradient_clip_val": 1.0, "callbacks": [counter]})
+    finally:
+        rank_zero_module.log.removeHandler(lines)
     assert metrics["val/acc"] > 0.1 and counter.steps > 0
+    assert sum("GPU available" in line for line in lines.seen) == 1
+    assert sum("`Trainer.fit` stopped" in line for line in lines.seen) == 1
+
+
+class Lines(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.seen = []
+
+    def emit(self, record):
+        self.seen.append(record.getMessage())
 
 
 def test_callbacks_given_as_class_path_dicts_on_the_command_line_run_in_the_local_trainer(capsys):
     from fl_lightning.cli import main
 
-    spec = '{"callbacks": [{"class_path": "tests.test_trainer_path.PrintSteps", "init_args": {"label": "local"}}]}'
+    # the form docs/callbacks_outside_fl_lightning.md shows (LearningRateMonitor with a logger), plus a callback of ours
+    spec = ('{"logger": {"class_path": "pytorch_lightning.loggers.CSVLogger", "init_args": {"save_dir": "local_logs"}}, '
+            '"callbacks": [{"class_path": "pytorch_lightning.callbacks.LearningRateMonitor"}, '
+            '{"class_path": "tests.test_trainer_path.PrintSteps", "init_args": {"label": "local"}}]}')
     assert main(["fit", "--config", str(REPO / "configs" / "quickstart.yaml"), "--trainer.max_epochs", "1",
                  "--trainer.enable_progress_bar", "false", "--model.local_trainer", spec]) == 0
     out = capsys.readouterr().out
     # 10 clients × 2 local epochs of ⌈n_i / 10⌉ steps: one line per client's fit
     assert out.count("local: fit ended after") == 10
     assert "local_trainer:" in open(next(Path("runs").rglob("config.yaml"))).read()
+    (local,) = Path("local_logs").rglob("metrics.csv")  # the monitor's lr: 0.1 in round 1, at each client's start
+    assert [float(row["lr-SGD"]) for row in csv.DictReader(open(local)) if row["step"] == "0"] == [0.1] * 10
 
 
 class PrintSteps(pl.Callback):
@@ -72,7 +97,9 @@ class PrintSteps(pl.Callback):
 @pytest.mark.parametrize("options, match", [
     ({"max_epochs": 3}, "model.local_trainer: max_epochs: decided by the round"),
     ([1], "model.local_trainer: needs a dict"),
-    ({"callbacks": [{"class_path": "nope.Missing"}]}, "model.local_trainer.callbacks: cannot import 'nope.Missing'")])
+    ({"callbacks": [{"class_path": "nope.Missing"}]}, "model.local_trainer.callbacks: cannot import 'nope.Missing'"),
+    ({"callbacks": [{"class_path": "lightning.pytorch.callbacks.LearningRateMonitor"}]},
+     "model.local_trainer.callbacks: LearningRateMonitor logs to the local Trainer's logger, and it has none")])
 def test_bad_local_trainer_options_are_one_line(options, match):
     from fl_lightning.errors import FLUserError
 

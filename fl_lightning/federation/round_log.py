@@ -46,8 +46,12 @@ class RoundLog:
         if target is not None and evaluated and self.metric not in row:
             from fl_lightning.errors import ConfigError
 
-            raise ConfigError("model.target_metric", f"{self.metric} is not logged at evaluation; choose one of "
-                              f"{', '.join(sorted(k for k in row if '/' in k or '_' in k))}")
+            logged = ', '.join(sorted(k for k in row if '/' in k or '_' in k))
+            if self.metric == "val/acc":  # issue 30: a network with its own validation_step logs its own names
+                raise ConfigError("model.target_accuracy", "val/acc is not logged (the network's own validation_step "
+                                  "is the evaluation): give --model.target_metric NAME --model.target_mode min|max "
+                                  f"--model.target V, NAME one of {logged}")
+            raise ConfigError("model.target_metric", f"{self.metric} is not logged at evaluation; choose one of {logged}")
         if target is not None and self.upload_d_at_target is None and self.reached(row):
             self.upload_d_at_target = upload_d
             row["comm/upload_d_at_target"] = upload_d

@@ -8,10 +8,13 @@ streams, as on the fast path, so with no Trainer options of its own it trains to
 from __future__ import annotations
 
 import importlib
+import logging
+from contextlib import contextmanager
 from typing import Optional
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.utilities.rank_zero import rank_zero_module
 
 from fl_lightning.federation.seeding import Stream, generator, global_rng_state, seed_global_rng, stream_seed
 
@@ -96,16 +99,30 @@ def train_in_trainer(local, client) -> torch.Tensor:
     defaults = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                     accelerator=local.flat.device.type, devices=1, num_sanity_val_steps=0)
     budget = client.task.max_steps  # issue 32: partial work by a deadline
-    trainer = pl.Trainer(**{**defaults, **options}, max_epochs=client.task.local_epochs,
-                         max_steps=budget if budget is not None else -1,
-                         callbacks=[*callbacks, ClientHooks(local, client)])
-    batches = ClientBatches(local, client)
-    seed_global_rng(stream_seed(client.task.seed, Stream.DROPOUT), batches.x.device)
-    step = ClientStep(local, client)
-    local.flat.grad.zero_()
-    trainer.fit(step, batches)
+    with lightning_info_quiet():
+        trainer = pl.Trainer(**{**defaults, **options}, max_epochs=client.task.local_epochs,
+                             max_steps=budget if budget is not None else -1,
+                             callbacks=[*callbacks, ClientHooks(local, client)])
+        batches = ClientBatches(local, client)
+        seed_global_rng(stream_seed(client.task.seed, Stream.DROPOUT), batches.x.device)
+        step = ClientStep(local, client)
+        local.flat.grad.zero_()
+        trainer.fit(step, batches)
     client.batch, client.batch_rng_state = (), None
     return step.loss_sum
+
+
+@contextmanager
+def lightning_info_quiet():
+    """Lightning's info lines ("GPU available", "`Trainer.fit` stopped", its tips) silenced for a client's
+    Trainer: a fresh one per client per round would repeat them S times a round; warnings still show."""
+    log = rank_zero_module.log  # the logger of whichever namespace was imported last (both rebind it)
+    level = log.level
+    log.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 def local_trainer_options(options, parallel_clients: int) -> Optional[dict]:
@@ -130,7 +147,16 @@ def local_trainer_options(options, parallel_clients: int) -> Optional[dict]:
             resolved[key] = [built(item, f"model.local_trainer.{key}") for item in value]
         elif value is not None:
             resolved[key] = built(value, f"model.local_trainer.{key}")
+    if resolved.get("logger") in (None, False) and any(needs_logger(cb) for cb in resolved.get("callbacks") or []):
+        raise ConfigError("model.local_trainer.callbacks", "LearningRateMonitor logs to the local Trainer's logger, "
+                          "and it has none (the default: logger false): add one, e.g. \"logger\": {\"class_path\": "
+                          "\"pytorch_lightning.loggers.CSVLogger\", \"init_args\": {\"save_dir\": \"local_logs\"}}")
     return resolved
+
+
+def needs_logger(callback) -> bool:
+    """A LearningRateMonitor of either namespace (Lightning refuses it in a Trainer without a logger)."""
+    return any(cls.__name__ == "LearningRateMonitor" for cls in type(callback).__mro__)
 
 
 def built(spec, field: str):
