@@ -27,18 +27,18 @@ def main(root: Path) -> None:
     for path in sorted(root.glob("*_eps*_seed*/**/metrics.csv")):
         algo, rest = path.relative_to(root).parts[0].split("_eps")
         runs.setdefault((algo, rest.split("_seed")[0]), []).append(rows(path))
-    print("| algorithm | target ε | seeds | z | ε after 40 rounds | upload (d) | test acc @ 8 d | test acc @ round 20 "
-          "| test acc @ round 40 | clipped fraction (last round) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| algorithm | target ε | seeds | rounds | z | ε at the end | upload (d) | test acc @ 8 d | test acc @ round 20 "
+          "| final test acc | clipped fraction (last round) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for (algo, eps), curves in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1] != "none", kv[0][1])):
         dp = eps != "none"
         print("| " + " | ".join([
-            algo, eps if dp else "no DP", str(len(curves)),
+            algo, eps if dp else "no DP", str(len(curves)), str(len(curves[0])),
             cell([float(c[-1]["privacy/noise_multiplier"]) for c in curves], 3) if dp else "—",
             cell([float(c[-1]["privacy/epsilon"]) for c in curves], 3) if dp else "—",
             cell([float(c[-1]["comm/upload_d"]) for c in curves], 2),
             cell([at(c, "val/acc", 8.0) for c in curves]),
-            cell([float(c[19]["val/acc"]) for c in curves]),
+            cell([float(c[19]["val/acc"]) for c in curves]) if len(curves[0]) >= 20 else "—",
             cell([float(c[-1]["val/acc"]) for c in curves]),
             cell([float(c[-1]["privacy/clipped_fraction"]) for c in curves], 2) if dp else "—"]) + " |")
 
