@@ -3,7 +3,7 @@
 Runs after the algorithm's callbacks and before the codec (``FederatedModule.configure_callbacks``):
 
     configure_round     n_k per coordinate from the plan; the unclipped-count channel
-    on_client_end       clip the client's whole upload to ‖u‖ ≤ C (before any codec)
+    on_client_end       clip the client's whole upload to ‖u‖ ≤ C (before any codec); Δc to ‖Δc‖ ≤ C_c
     on_client_reported  add b_i = 1[‖u‖ ≤ C] to the count channel (one bit, not counted in comm/)
     on_server_update    update ← (Σ u_i + N(0, z_Δ²C²)) / n_k; adaptive C from the noised count
     on_round_end        ε after the rounds so far (dp-accounting), for privacy/epsilon
@@ -30,12 +30,16 @@ class ClientDP(FLCallback):
     Args:
         options: the PrivacyOptions.
         rounds: R, the rounds the fit runs (to calibrate target_epsilon); from trainer.max_epochs in a fit.
+        controls: the algorithm also uploads control variates Δc (SCAFFOLD, FedBCGD+): they are clipped to
+            control_clip and noised by privacy.control.NoisedControlSum; Δ and Δc share z equally.
     """
 
     thread_safe = True  # client hooks touch only client.upload and client.scratch
 
-    def __init__(self, options: PrivacyOptions, rounds: Optional[int] = None):
+    def __init__(self, options: PrivacyOptions, rounds: Optional[int] = None, controls: bool = False):
         self.options = options
+        self.controls = controls
+        self.control_clip = options.control_clip if options.control_clip is not None else options.clip
         self.rounds = rounds
         self.clip = options.clip
         self.noise_multiplier: Optional[float] = options.noise_multiplier
@@ -78,9 +82,12 @@ class ClientDP(FLCallback):
 
     @property
     def update_noise_multiplier(self) -> float:
-        if self.options.adaptive_quantile is None:
+        """z_Δ (= z_c, the control variates' own, when there are any): the shares of z (clipping.py)."""
+        adaptive = self.options.adaptive_quantile is not None
+        if not adaptive and not self.controls:
             return self.noise_multiplier
-        return update_noise_multiplier(self.noise_multiplier, self.count_noise)
+        return update_noise_multiplier(self.noise_multiplier, self.count_noise if adaptive else None,
+                                       2 if self.controls else 1)
 
     def epsilon_after(self, rounds: int) -> float:
         return accountant.epsilon(self.noise_multiplier, rounds, self.cohort, self.population, self.delta,
@@ -111,12 +118,14 @@ class ClientDP(FLCallback):
         self.clipped = self.reported = 0
 
     def on_client_end(self, client):
-        extra = [channel for channel in client.upload.channels() if channel != "delta"]
-        if extra:
+        extra = [channel for channel in client.upload.channels() if channel not in ("delta", "control")]
+        if extra or ("control" in client.upload.channels() and not self.controls):
+            extra = extra or ["control"]
             raise ConfigError("model.privacy", f"the upload has a channel {extra[0]!r} besides delta, which the "
                               "clip and noise do not cover; use an algorithm that uploads only its model update")
         _, clipped = clip_upload(client.upload, self.clip)
         client.scratch[self] = clipped
+        clip_upload(client.upload, self.control_clip, "control")  # Δc's own bound (the client keeps its own c_i⁺)
 
     def on_client_reported(self, client):
         clipped = client.scratch.get(self, False)
