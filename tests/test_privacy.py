@@ -238,6 +238,8 @@ def test_control_variates_are_clipped_and_noised_with_half_the_budget_each(algor
     if algorithm == "scaffold":  # x ← x + (Σ clipped Δ + N(0, (√2·z·C)²)) / M (server_lr 1)
         expected_x = x0 + (recorder.sums["delta"][:d] + gaussian(d, math.sqrt(2) * clip, 0, NOISE)) / COHORT
         assert torch.allclose(module.flat.vector.double(), expected_x, atol=1e-6)
+    clipped = sum(n > control_clip * (1 - 1e-5) for n in recorder.control_norms) / COHORT
+    assert float(rows[0]["privacy/control_clipped_fraction"]) == clipped
     # the accountant sees z: both releases together are one Gaussian mechanism of multiplier z = 1
     assert float(rows[0]["privacy/epsilon"]) == pytest.approx(accountant.epsilon(1.0, 1, COHORT, CLIENTS), rel=1e-9)
 

@@ -22,6 +22,7 @@ from fl_lightning.privacy.mechanism import COUNT_NOISE, gaussian, noised_mean, p
 from fl_lightning.privacy.options import PrivacyOptions
 
 COUNT = "privacy_unclipped"
+CONTROL_CLIPPED = "privacy_control_clipped"  # how many Δc were clipped (a diagnostic, as the clipped fraction)
 
 
 class ClientDP(FLCallback):
@@ -45,7 +46,7 @@ class ClientDP(FLCallback):
         self.noise_multiplier: Optional[float] = options.noise_multiplier
         self.population = self.cohort = None
         self.epsilon = 0.0
-        self.clipped = self.reported = 0
+        self.clipped = self.reported = self.control_clipped = 0
         self._counts = None
 
     # -- set-up -------------------------------------------------------------------------------
@@ -109,13 +110,15 @@ class ClientDP(FLCallback):
             raise ConfigError("model.privacy", f"the accountant was set up for M={self.cohort} of K={self.population}, "
                               f"the round samples {len(round.clients)} of {round.num_clients}")
         round.channels[COUNT] = 1
+        if self.controls:
+            round.channels[CONTROL_CLIPPED] = 1
         # poisson: the expected cohort qK = M for every coordinate (whole-model uploads), whatever was drawn
         if poisson and any(task.upload_ranges != [(0, round.numel)] for task in round.clients):
             raise ConfigError("model.privacy.sampling", "poisson needs every client to upload the whole model "
                               "(its sums are divided by the expected cohort qK); use sampling fixed")
         self._counts = (torch.full((round.num_params,), float(self.cohort), dtype=torch.float64) if poisson
                         else planned_counts(round.clients, round.num_params))
-        self.clipped = self.reported = 0
+        self.clipped = self.reported = self.control_clipped = 0
 
     def on_client_end(self, client):
         extra = [channel for channel in client.upload.channels() if channel not in ("delta", "control")]
@@ -124,12 +127,14 @@ class ClientDP(FLCallback):
             raise ConfigError("model.privacy", f"the upload has a channel {extra[0]!r} besides delta, which the "
                               "clip and noise do not cover; use an algorithm that uploads only its model update")
         _, clipped = clip_upload(client.upload, self.clip)
-        client.scratch[self] = clipped
-        clip_upload(client.upload, self.control_clip, "control")  # Δc's own bound (the client keeps its own c_i⁺)
+        _, control_clipped = clip_upload(client.upload, self.control_clip, "control")  # the client keeps its c_i⁺
+        client.scratch[self] = clipped, control_clipped
 
     def on_client_reported(self, client):
-        clipped = client.scratch.get(self, False)
+        clipped, control_clipped = client.scratch.get(self, (False, False))
         client.received.add_sum(COUNT, torch.tensor([0.0 if clipped else 1.0]))
+        if self.controls:
+            client.received.add_sum(CONTROL_CLIPPED, torch.tensor([1.0 if control_clipped else 0.0]))
 
     def on_server_update(self, server):
         received, d = server.received, server.update.numel()
@@ -138,6 +143,8 @@ class ClientDP(FLCallback):
         server.update.copy_(mean.to(server.update.dtype))
         self.reported = int(received.weight(COUNT)[0])
         self.clipped = self.reported - int(received.sum(COUNT)[0])
+        if self.controls:
+            self.control_clipped = int(received.sum(CONTROL_CLIPPED)[0])
         if self.options.adaptive_quantile is not None:
             centred = received.sum(COUNT)[0].item() - self.reported / 2
             noised = centred + float(gaussian(1, self.count_noise, server.round, COUNT_NOISE)[0])
@@ -149,10 +156,13 @@ class ClientDP(FLCallback):
 
     def metrics(self) -> dict[str, float]:
         """privacy/*: ε at δ so far, the clipped fraction of this round's reported uploads (exact: a diagnostic
-        outside the guarantee), the clip C in force next round, z."""
-        return {"privacy/epsilon": self.epsilon, "privacy/delta": self.delta,
-                "privacy/clipped_fraction": self.clipped / self.reported if self.reported else 0.0,
-                "privacy/clip": self.clip, "privacy/noise_multiplier": self.noise_multiplier}
+        outside the guarantee), the clip C in force next round, z; with control variates Δc's clipped fraction."""
+        row = {"privacy/epsilon": self.epsilon, "privacy/delta": self.delta,
+               "privacy/clipped_fraction": self.clipped / self.reported if self.reported else 0.0,
+               "privacy/clip": self.clip, "privacy/noise_multiplier": self.noise_multiplier}
+        if self.controls:
+            row["privacy/control_clipped_fraction"] = self.control_clipped / self.reported if self.reported else 0.0
+        return row
 
     # -- checkpoints ------------------------------------------------------------------------------
     def state_dict(self) -> dict:
