@@ -276,3 +276,17 @@ def test_resume_is_bit_identical_with_adaptive_clipping():
     resumed_module, resumed = fit(4, "resumed", ckpt_path="ckpts/epoch=1.ckpt", privacy=PrivacyOptions(**options))
     assert resumed == full[2:]
     assert torch.equal(resumed_module.flat.vector, full_module.flat.vector)
+
+
+def test_report_table_mixes_groups_with_and_without_dp(tmp_path):
+    from pathlib import Path
+    from fl_lightning.runs.report import write_tables
+    rows = [{"group": "no DP", "seeds": 3, "final_val_acc": 0.9, "final_val_acc_std": 0.01},
+            {"group": "eps 8", "seeds": 3, "final_val_acc": 0.8, "final_val_acc_std": 0.02,
+             "final_epsilon": 7.99, "final_epsilon_std": 0.0}]
+    markdown = write_tables(rows, Path(tmp_path) / "rep", target=0.5, window=3)
+    assert markdown.splitlines()[0] == "| group | seeds | final_val_acc | final_epsilon |"
+    assert markdown.splitlines()[2] == "| no DP | 3 | 0.9000 ± 0.0100 | — |"
+    assert markdown.splitlines()[3] == "| eps 8 | 3 | 0.8000 ± 0.0200 | 7.9900 ± 0.0000 |"
+    written = list(csv.DictReader(open(Path(tmp_path) / "rep.csv")))
+    assert written[0]["final_epsilon"] == "" and written[1]["final_epsilon"] == "7.99"
