@@ -22,7 +22,7 @@ from torch import nn
 
 from fl_lightning.algorithms import REGISTRY, Algorithm
 from fl_lightning.federation.blocks import partition_for
-from fl_lightning.callbacks import CompressedUpload
+from fl_lightning.callbacks import CompressedUpload, ControlVariates
 from fl_lightning.runs.checkpoint_io import (load_weights_only,
                                        refusal as checkpoint_refusal, refuse_before_algorithm_objects)
 from fl_lightning.compression.codecs import Codec
@@ -40,6 +40,7 @@ from fl_lightning.federation.seeding import run_seed
 from fl_lightning.federation.session import start_rounds
 from fl_lightning.systems import RoundPolicy, SystemModel
 from fl_lightning.privacy import ClientDP, PrivacyOptions
+from fl_lightning.privacy.control import NoisedControlSum
 
 
 class FederatedModule(pl.LightningModule):
@@ -160,8 +161,12 @@ class FederatedModule(pl.LightningModule):
 
     def configure_callbacks(self):
         """The algorithm's hooks; compression last, on what they upload."""
-        privacy = [ClientDP(self.privacy)] if self.privacy is not None else []  # after the algorithm, before the codec
-        return self.algorithm.callbacks() + privacy + ([CompressedUpload(self.codec)] if self.codec is not None else [])
+        algorithm = self.algorithm.callbacks()
+        privacy = first = []
+        if self.privacy is not None:  # after the algorithm, before the codec; Δc's noise before the algorithm reads it
+            dp = ClientDP(self.privacy, controls=any(isinstance(cb, ControlVariates) for cb in algorithm))
+            privacy, first = [dp], ([NoisedControlSum(dp)] if dp.controls else [])
+        return first + algorithm + privacy + ([CompressedUpload(self.codec)] if self.codec is not None else [])
 
     @property
     def privacy_callback(self) -> Optional[ClientDP]:

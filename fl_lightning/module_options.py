@@ -164,7 +164,7 @@ def settle_options(module, network, algorithm, compression, system, round_policy
     check_new_clients(hp.personal_new_clients, module.system, module.privacy)
     if module.privacy is not None:
         check_privacy(module.privacy, module.algorithm.name, hp.weighted_aggregation, module.codec,
-                      getattr(module.algorithm, "uses_blocks", False))
+                      getattr(module.algorithm, "uses_blocks", False), getattr(module.algorithm, "rule", "spec"))
         module.save_hyperparameters({**hp, "privacy": module.privacy.spec()})
     module.algorithm.check_network(network)
     if server_optimizer is not None and module.algorithm.changed_server_options():

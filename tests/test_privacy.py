@@ -189,14 +189,59 @@ def test_target_epsilon_is_met_after_max_epochs():
     assert float(row["final_epsilon"]) == float(rows[-1]["privacy/epsilon"]) and row["seeds"] == "1"
 
 
-@pytest.mark.parametrize("hp,field", [({"algorithm": "scaffold"}, "model.privacy"),
-                                      ({"algorithm": "fedbcgd_plus", "num_blocks": 2}, "model.privacy"),
+@pytest.mark.parametrize("hp,field", [({"algorithm": "scaffold", "rule": "authors"}, "model.algorithm.rule"),
                                       ({"algorithm": "fednova"}, "model.privacy"),
+                                      ({"algorithm": "feddyn"}, "model.privacy"),
                                       ({"compression": "qsgd"}, "model.compression"),
                                       ({"weighted_aggregation": True}, "model.weighted_aggregation")])
 def test_refused_in_one_line(hp, field):
     with pytest.raises(ConfigError, match=f"^{field}: "):
         fl_module(mlp(), privacy=PrivacyOptions(noise_multiplier=1.0), **hp)
+
+
+class ArrivedSums(FLCallback):
+    """Σ over reported clients of each channel as the server sums it, and every Δc's norm (a trainer
+    callback: it runs before the module's, after every client hook has clipped the upload)."""
+
+    def __init__(self):
+        self.sums, self.control_norms, self.control_covered = {}, [], []
+
+    def on_client_reported(self, client):
+        for part in client.upload.parts:
+            total = self.sums.setdefault(part.channel, torch.zeros(10_000, dtype=torch.float64))
+            values, offset = part.values().double().cpu(), 0
+            for start, stop in part.ranges:
+                total[start:stop] += values[offset:offset + stop - start]
+                offset += stop - start
+        controls = [p for p in client.upload.parts if p.channel == "control"]
+        self.control_norms.append(float(torch.sqrt(sum(p.values().double().pow(2).sum() for p in controls))))
+        self.control_covered.append(sum(b - a for p in controls for a, b in p.ranges))
+
+
+@pytest.mark.parametrize("algorithm,hp", [("scaffold", {}), ("fedbcgd_plus", {"num_blocks": 2})])
+def test_control_variates_are_clipped_and_noised_with_half_the_budget_each(algorithm, hp):
+    from fl_lightning.callbacks import ControlVariates
+    from fl_lightning.privacy.mechanism import CONTROL_NOISE, NOISE, gaussian
+    recorder, clip, control_clip = ArrivedSums(), 0.05, 0.3
+    x0 = torch.nn.utils.parameters_to_vector(mlp().parameters()).double()
+    module, rows = fit(1, callbacks=[recorder], algorithm=algorithm, **hp,
+                       privacy=PrivacyOptions(noise_multiplier=1.0, clip=clip, control_clip=control_clip))
+    d = x0.numel()
+    assert max(recorder.control_norms) <= control_clip * (1 + 1e-6) and len(recorder.control_norms) == COHORT
+    assert min(recorder.control_norms) == pytest.approx(control_clip, rel=1e-5)  # the bound binds
+    if algorithm == "fedbcgd_plus":  # Δc over block j + shared block only, like Δ
+        assert max(recorder.control_covered) < d
+    # c ← c + (Σ clipped Δc + N(0, (√2·z·C_c)²)) / K: Δ and Δc each get z_m = √2·z, so z_Δ⁻² + z_c⁻² = z⁻²
+    (controls,) = [cb for cb in module.trainer.callbacks if isinstance(cb, ControlVariates)]
+    expected_c = (recorder.sums["control"][:d] + gaussian(d, math.sqrt(2) * control_clip, 0, CONTROL_NOISE)) / CLIENTS
+    assert torch.allclose(controls.server_control.double(), expected_c, atol=1e-6)
+    if algorithm == "scaffold":  # x ← x + (Σ clipped Δ + N(0, (√2·z·C)²)) / M (server_lr 1)
+        expected_x = x0 + (recorder.sums["delta"][:d] + gaussian(d, math.sqrt(2) * clip, 0, NOISE)) / COHORT
+        assert torch.allclose(module.flat.vector.double(), expected_x, atol=1e-6)
+    clipped = sum(n > control_clip * (1 - 1e-5) for n in recorder.control_norms) / COHORT
+    assert float(rows[0]["privacy/control_clipped_fraction"]) == clipped
+    # the accountant sees z: both releases together are one Gaussian mechanism of multiplier z = 1
+    assert float(rows[0]["privacy/epsilon"]) == pytest.approx(accountant.epsilon(1.0, 1, COHORT, CLIENTS), rel=1e-9)
 
 
 def test_unreachable_target_and_bad_options_are_one_line():
@@ -231,3 +276,17 @@ def test_resume_is_bit_identical_with_adaptive_clipping():
     resumed_module, resumed = fit(4, "resumed", ckpt_path="ckpts/epoch=1.ckpt", privacy=PrivacyOptions(**options))
     assert resumed == full[2:]
     assert torch.equal(resumed_module.flat.vector, full_module.flat.vector)
+
+
+def test_report_table_mixes_groups_with_and_without_dp(tmp_path):
+    from pathlib import Path
+    from fl_lightning.runs.report import write_tables
+    rows = [{"group": "no DP", "seeds": 3, "final_val_acc": 0.9, "final_val_acc_std": 0.01},
+            {"group": "eps 8", "seeds": 3, "final_val_acc": 0.8, "final_val_acc_std": 0.02,
+             "final_epsilon": 7.99, "final_epsilon_std": 0.0}]
+    markdown = write_tables(rows, Path(tmp_path) / "rep", target=0.5, window=3)
+    assert markdown.splitlines()[0] == "| group | seeds | final_val_acc | final_epsilon |"
+    assert markdown.splitlines()[2] == "| no DP | 3 | 0.9000 ± 0.0100 | — |"
+    assert markdown.splitlines()[3] == "| eps 8 | 3 | 0.8000 ± 0.0200 | 7.9900 ± 0.0000 |"
+    written = list(csv.DictReader(open(Path(tmp_path) / "rep.csv")))
+    assert written[0]["final_epsilon"] == "" and written[1]["final_epsilon"] == "7.99"

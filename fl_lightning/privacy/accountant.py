@@ -8,8 +8,8 @@ sensitivity is C), amplified by how the cohort is drawn:
   replace-one neighbouring relation (Wang, Balle & Kasiviswanathan 2019) — the relation a fixed
   cohort size needs, since add/remove-one would change M.
 * ``poisson``: each client independently with q = M/K (``PoissonSampledDpEvent``); RDP or PLD,
-  add/remove-one. The loop samples fixed cohorts, so ``poisson`` is for the calculator only
-  (``fl-lightning privacy --sampling poisson``); a fit refuses it.
+  add/remove-one. The loop samples that way with ``--model.privacy.sampling poisson`` (whole-model
+  uploads), and the calculator answers for it (``fl-lightning privacy --sampling poisson``).
 
 ε is reported at δ, by default δ = 1/K^1.1 (below 1/K, as the usual "δ ≪ 1/population" asks).
 """

@@ -3,7 +3,7 @@
 Runs after the algorithm's callbacks and before the codec (``FederatedModule.configure_callbacks``):
 
     configure_round     n_k per coordinate from the plan; the unclipped-count channel
-    on_client_end       clip the client's whole upload to ‖u‖ ≤ C (before any codec)
+    on_client_end       clip the client's whole upload to ‖u‖ ≤ C (before any codec); Δc to ‖Δc‖ ≤ C_c
     on_client_reported  add b_i = 1[‖u‖ ≤ C] to the count channel (one bit, not counted in comm/)
     on_server_update    update ← (Σ u_i + N(0, z_Δ²C²)) / n_k; adaptive C from the noised count
     on_round_end        ε after the rounds so far (dp-accounting), for privacy/epsilon
@@ -22,6 +22,7 @@ from fl_lightning.privacy.mechanism import COUNT_NOISE, gaussian, noised_mean, p
 from fl_lightning.privacy.options import PrivacyOptions
 
 COUNT = "privacy_unclipped"
+CONTROL_CLIPPED = "privacy_control_clipped"  # how many Δc were clipped (a diagnostic, as the clipped fraction)
 
 
 class ClientDP(FLCallback):
@@ -30,18 +31,22 @@ class ClientDP(FLCallback):
     Args:
         options: the PrivacyOptions.
         rounds: R, the rounds the fit runs (to calibrate target_epsilon); from trainer.max_epochs in a fit.
+        controls: the algorithm also uploads control variates Δc (SCAFFOLD, FedBCGD+): they are clipped to
+            control_clip and noised by privacy.control.NoisedControlSum; Δ and Δc share z equally.
     """
 
     thread_safe = True  # client hooks touch only client.upload and client.scratch
 
-    def __init__(self, options: PrivacyOptions, rounds: Optional[int] = None):
+    def __init__(self, options: PrivacyOptions, rounds: Optional[int] = None, controls: bool = False):
         self.options = options
+        self.controls = controls
+        self.control_clip = options.control_clip if options.control_clip is not None else options.clip
         self.rounds = rounds
         self.clip = options.clip
         self.noise_multiplier: Optional[float] = options.noise_multiplier
         self.population = self.cohort = None
         self.epsilon = 0.0
-        self.clipped = self.reported = 0
+        self.clipped = self.reported = self.control_clipped = 0
         self._counts = None
 
     # -- set-up -------------------------------------------------------------------------------
@@ -78,9 +83,12 @@ class ClientDP(FLCallback):
 
     @property
     def update_noise_multiplier(self) -> float:
-        if self.options.adaptive_quantile is None:
+        """z_Δ (= z_c, the control variates' own, when there are any): the shares of z (clipping.py)."""
+        adaptive = self.options.adaptive_quantile is not None
+        if not adaptive and not self.controls:
             return self.noise_multiplier
-        return update_noise_multiplier(self.noise_multiplier, self.count_noise)
+        return update_noise_multiplier(self.noise_multiplier, self.count_noise if adaptive else None,
+                                       2 if self.controls else 1)
 
     def epsilon_after(self, rounds: int) -> float:
         return accountant.epsilon(self.noise_multiplier, rounds, self.cohort, self.population, self.delta,
@@ -102,25 +110,31 @@ class ClientDP(FLCallback):
             raise ConfigError("model.privacy", f"the accountant was set up for M={self.cohort} of K={self.population}, "
                               f"the round samples {len(round.clients)} of {round.num_clients}")
         round.channels[COUNT] = 1
+        if self.controls:
+            round.channels[CONTROL_CLIPPED] = 1
         # poisson: the expected cohort qK = M for every coordinate (whole-model uploads), whatever was drawn
         if poisson and any(task.upload_ranges != [(0, round.numel)] for task in round.clients):
             raise ConfigError("model.privacy.sampling", "poisson needs every client to upload the whole model "
                               "(its sums are divided by the expected cohort qK); use sampling fixed")
         self._counts = (torch.full((round.num_params,), float(self.cohort), dtype=torch.float64) if poisson
                         else planned_counts(round.clients, round.num_params))
-        self.clipped = self.reported = 0
+        self.clipped = self.reported = self.control_clipped = 0
 
     def on_client_end(self, client):
-        extra = [channel for channel in client.upload.channels() if channel != "delta"]
-        if extra:
+        extra = [channel for channel in client.upload.channels() if channel not in ("delta", "control")]
+        if extra or ("control" in client.upload.channels() and not self.controls):
+            extra = extra or ["control"]
             raise ConfigError("model.privacy", f"the upload has a channel {extra[0]!r} besides delta, which the "
                               "clip and noise do not cover; use an algorithm that uploads only its model update")
         _, clipped = clip_upload(client.upload, self.clip)
-        client.scratch[self] = clipped
+        _, control_clipped = clip_upload(client.upload, self.control_clip, "control")  # the client keeps its c_i⁺
+        client.scratch[self] = clipped, control_clipped
 
     def on_client_reported(self, client):
-        clipped = client.scratch.get(self, False)
+        clipped, control_clipped = client.scratch.get(self, (False, False))
         client.received.add_sum(COUNT, torch.tensor([0.0 if clipped else 1.0]))
+        if self.controls:
+            client.received.add_sum(CONTROL_CLIPPED, torch.tensor([1.0 if control_clipped else 0.0]))
 
     def on_server_update(self, server):
         received, d = server.received, server.update.numel()
@@ -129,6 +143,8 @@ class ClientDP(FLCallback):
         server.update.copy_(mean.to(server.update.dtype))
         self.reported = int(received.weight(COUNT)[0])
         self.clipped = self.reported - int(received.sum(COUNT)[0])
+        if self.controls:
+            self.control_clipped = int(received.sum(CONTROL_CLIPPED)[0])
         if self.options.adaptive_quantile is not None:
             centred = received.sum(COUNT)[0].item() - self.reported / 2
             noised = centred + float(gaussian(1, self.count_noise, server.round, COUNT_NOISE)[0])
@@ -140,10 +156,13 @@ class ClientDP(FLCallback):
 
     def metrics(self) -> dict[str, float]:
         """privacy/*: ε at δ so far, the clipped fraction of this round's reported uploads (exact: a diagnostic
-        outside the guarantee), the clip C in force next round, z."""
-        return {"privacy/epsilon": self.epsilon, "privacy/delta": self.delta,
-                "privacy/clipped_fraction": self.clipped / self.reported if self.reported else 0.0,
-                "privacy/clip": self.clip, "privacy/noise_multiplier": self.noise_multiplier}
+        outside the guarantee), the clip C in force next round, z; with control variates Δc's clipped fraction."""
+        row = {"privacy/epsilon": self.epsilon, "privacy/delta": self.delta,
+               "privacy/clipped_fraction": self.clipped / self.reported if self.reported else 0.0,
+               "privacy/clip": self.clip, "privacy/noise_multiplier": self.noise_multiplier}
+        if self.controls:
+            row["privacy/control_clipped_fraction"] = self.control_clipped / self.reported if self.reported else 0.0
+        return row
 
     # -- checkpoints ------------------------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -13,6 +13,7 @@ own multiplier is z_Δ = (z⁻² − (2σ_b)⁻²)^(−½) (their Thm. 1); the a
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 
@@ -20,11 +21,11 @@ from fl_lightning.compression.accounting import Payload
 from fl_lightning.errors import ConfigError
 
 
-def clip_upload(upload: Payload, bound: float) -> tuple[float, bool]:
-    """Scales every "delta" part of ``upload`` by min(1, C/‖u‖) (u: all of them as one vector); returns
+def clip_upload(upload: Payload, bound: float, channel: str = "delta") -> tuple[float, bool]:
+    """Scales every ``channel`` part of ``upload`` by min(1, C/‖u‖) (u: all of them as one vector); returns
     (‖u‖ before clipping, whether it was clipped). A non-finite upload becomes zero (counted as clipped):
     dropping it, as the loop drops NaN updates, would make the cohort depend on the data."""
-    parts = [p for p in upload.parts if p.channel == "delta"]
+    parts = [p for p in upload.parts if p.channel == channel]
     for part in parts:
         if not isinstance(part.message, torch.Tensor):
             raise ConfigError("model.privacy", "an upload was encoded before the clip; the privacy callback must "
@@ -44,13 +45,15 @@ def clip_upload(upload: Payload, bound: float) -> tuple[float, bool]:
     return norm, True
 
 
-def update_noise_multiplier(noise_multiplier: float, count_noise: float) -> float:
-    """z_Δ, the update's own noise multiplier, so that update + count together spend z (Andrew et al., Thm. 1)."""
-    rest = noise_multiplier ** -2 - (2 * count_noise) ** -2
+def update_noise_multiplier(noise_multiplier: float, count_noise: Optional[float], messages: int = 1) -> float:
+    """z_m, the noise multiplier of each of ``messages`` equal shares (Δ; Δ and Δc), so that they and the
+    count (σ_b; None without adaptive clipping) together spend z: Σ z_m⁻² + (2σ_b)⁻² = z⁻² (Andrew et al.,
+    Thm. 1; a Gaussian release of sensitivity C_m and std z_m·C_m, joined, is one of multiplier z)."""
+    rest = noise_multiplier ** -2 - (0.0 if count_noise is None else (2 * count_noise) ** -2)
     if not rest > 0:
         raise ConfigError("model.privacy.count_noise", f"σ_b = {count_noise:g} leaves no budget for the update at "
                           f"z = {noise_multiplier:g}: needs σ_b > z/2 = {noise_multiplier / 2:g}; raise it")
-    return rest ** -0.5
+    return (rest / messages) ** -0.5
 
 
 def adapted_clip(clip: float, noised_centred_count: float, cohort: int, quantile: float, clip_lr: float) -> float:

@@ -28,6 +28,7 @@ from fl_lightning.federation.seeding import derive_seed, generator
 
 NOISE = 0xD1F0  # the update's noise, per round
 COUNT_NOISE = 0xD1F1  # the adaptive clip's count noise, per round
+CONTROL_NOISE = 0xD1F2  # the control variates' noise, per round (privacy.control)
 
 
 def gaussian(size: int, std: float, round_idx: int, purpose: int = NOISE) -> torch.Tensor:

@@ -8,11 +8,9 @@ from typing import Optional, Union
 from fl_lightning.errors import ConfigError
 from fl_lightning.privacy.accountant import ACCOUNTANTS, SAMPLINGS
 
-# Algorithms whose clients send more than the model update Δ: the second message would need its own
-# clip, noise and share of the budget, which is not implemented — so they are refused.
-SECOND_UPLOAD = {"scaffold": "uploads Δc (control variates) besides Δ",
-                 "fedbcgd_plus": "uploads control variates Δc besides Δ",
-                 "fedbcgd_plus_qsgd": "uploads control variates Δc besides Δ",
+# Algorithms whose clients send a second message that is not privatised (SCAFFOLD's and FedBCGD+'s Δc are:
+# their own clip control_clip, noise and half of the budget, privacy.control): refused, one line each.
+SECOND_UPLOAD = {"fedbcgd_plus_qsgd": "quantises its updates with QSGD, which can decode above the clip",
                  "feddyn": "keeps per-client state h_i that the server update reads (its correction is not clipped)",
                  "feddc": "uploads its drift h_i besides Δ",
                  "fednova": "uploads each client's step count τ_i, which the server uses to weight Δ",
@@ -27,6 +25,7 @@ class PrivacyOptions:
         noise_multiplier: z = σ, the noise std in units of the clip C (give it or target_epsilon).
         target_epsilon: calibrate z so that ε after trainer.max_epochs rounds is this (at delta).
         clip: C, the L2 bound of a client's whole upload (the initial C when adaptive).
+        control_clip: C_c, the L2 bound of SCAFFOLD's / FedBCGD+'s control-variate upload Δc (default: clip).
         adaptive_quantile: γ: adapt C so that a fraction γ of uploads is unclipped (Andrew et al. 2021).
         clip_lr: η_C, the geometric step of adaptive clipping: C ← C·exp(−η_C(b̃ − γ)).
         count_noise: σ_b, std of the noise on the unclipped count (default cohort/20, the paper's).
@@ -40,6 +39,7 @@ class PrivacyOptions:
     noise_multiplier: Optional[float] = None
     target_epsilon: Optional[float] = None
     clip: float = 1.0
+    control_clip: Optional[float] = None
     adaptive_quantile: Optional[float] = None
     clip_lr: float = 0.2
     count_noise: Optional[float] = None
@@ -52,7 +52,7 @@ class PrivacyOptions:
         if (self.noise_multiplier is None) == (self.target_epsilon is None):
             raise ConfigError("model.privacy.noise_multiplier", "give exactly one of noise_multiplier and "
                               "target_epsilon")
-        for name in ("noise_multiplier", "target_epsilon", "clip", "clip_lr", "count_noise", "epsilon_budget"):
+        for name in ("noise_multiplier", "target_epsilon", "clip", "control_clip", "clip_lr", "count_noise", "epsilon_budget"):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ConfigError(f"model.privacy.{name}", f"must be > 0, got {value}")
@@ -89,11 +89,15 @@ def resolve_privacy(privacy: Union[PrivacyOptions, dict, str, None]) -> Optional
 
 
 def check_algorithm(privacy: PrivacyOptions, algorithm_name: str, weighted_aggregation: bool, codec,
-                    partial_uploads: bool = False) -> None:
+                    partial_uploads: bool = False, control_rule: str = "spec") -> None:
     """What client-level DP refuses to run with: one line each."""
     if algorithm_name in SECOND_UPLOAD:
         raise ConfigError("model.privacy", f"{algorithm_name} {SECOND_UPLOAD[algorithm_name]}; client-level DP "
-                          "covers the model update only — use fedavg, fedavgm, fedprox or fedbcgd")
+                          "covers the model update and SCAFFOLD's / FedBCGD+'s Δc only — use fedavg, fedavgm, "
+                          "fedprox, fedbcgd, scaffold or fedbcgd_plus")
+    if control_rule != "spec":
+        raise ConfigError("model.algorithm.rule", f"{control_rule} sets c from the mean over whoever reported, a "
+                          "divisor the control-variate noise does not fix in advance; use rule spec with model.privacy")
     if privacy.sampling == "poisson" and (partial_uploads or codec is not None):
         raise ConfigError("model.privacy.sampling", f"poisson divides every coordinate's noised sum by the expected "
                           f"cohort qK; {algorithm_name if partial_uploads else 'a codec'} uploads only part of the "

@@ -258,13 +258,16 @@ def table(groups: dict[str, list[dict]], target: float, window: int, budgets: li
 
 def write_tables(rows: list[dict], out: Path, target: float, window: int, mode: str = "max") -> str:
     out.parent.mkdir(parents=True, exist_ok=True)
+    fields = list(dict.fromkeys(key for row in rows for key in row))  # every group's columns, first seen first
     with open(out.with_suffix(".csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer = csv.DictWriter(f, fieldnames=fields, restval="")
         writer.writeheader()
         writer.writerows(rows)
-    shown = [k for k in rows[0] if not k.endswith("_std") and k not in ("upload_d_total",)]
+    shown = [k for k in fields if not k.endswith("_std") and k not in ("upload_d_total",)]
 
     def cell(row, key):
+        if key not in row:  # a column only some groups have (final_epsilon: runs with and without DP)
+            return "—"
         value = row[key]
         if isinstance(value, str) or key == "seeds":
             return str(value)
