@@ -107,6 +107,9 @@ def test_fedbuff_refuses_what_does_not_combine_in_one_line(tmp_path):
         fl_module(net, "fedavg", asynchronous="fedbuff")
     with pytest.raises(ConfigError, match=r"^model.round_policy: is for synchronous rounds"):
         fl_module(net, "fedavg", system="uniform", round_policy="over_selection", asynchronous="fedbuff")
+    with pytest.raises(ConfigError, match=r"^model.compression: keeps per-client state"):
+        fl_module(net, "topk", error_feedback=True, system="uniform", asynchronous="fedbuff")
+    fl_module(net, "topk", error_feedback=False, system="uniform", asynchronous="fedbuff")  # stateless: accepted
     with pytest.raises(ConfigError, match=r"^model.asynchronous.buffer_size: must be an integer ≥ 1"):
         Asynchronous(buffer_size=0)
 

@@ -23,8 +23,9 @@ aggregation). ``--model.asynchronous fedbuff --model.asynchronous.buffer_size K
 
 FedBCGD's blocks: the k-th launched client uploads block π_{⌊k/N⌋}(k mod N) (a seeded shuffle of the N
 blocks per cycle of N launches), so every block is sent equally often. Algorithms with per-client state
-or other hooks (control variates, FedProx, FedNova, ...), codecs, privacy, client_dropout, round policies
-and DDP are refused in one line.
+or other hooks (control variates, FedProx, FedNova, ...), codecs with per-client state (error feedback,
+PowerSGD), privacy, client_dropout, round policies and DDP are refused in one line; a stateless codec (TopK,
+RandK, QSGD) compresses each upload as in synchronous rounds, and its smaller upload arrives sooner.
 """
 from __future__ import annotations
 
@@ -35,7 +36,9 @@ from typing import Optional
 import numpy as np
 import torch
 
+from fl_lightning.callbacks import CompressedUpload
 from fl_lightning.compression.accounting import Part, Payload, ReceivedSums
+from fl_lightning.compression.codecs import Codec
 from fl_lightning.errors import ConfigError
 from fl_lightning.federation.contexts import ClientTask, RoundContext
 from fl_lightning.federation.seeding import Purpose, derive_seed
@@ -120,6 +123,8 @@ class FedBuff:
                             {"delta": loop.flat.numel}, len(loop.clients), loop.flat.num_params, loop.flat.numel,
                             blocks, loop.client_state, loop.flat.device, loop.clients.offsets[-1],
                             tuple(loop.flat.segments))
+        for codec in (cb for cb in loop.callbacks if isinstance(cb, CompressedUpload)):
+            codec.configure_round(plan)  # a stateless codec: its sizes and segments only
         client, loss_sum, _ = loop.local_trainer.run_client(task, plan)
         parts = [(p.channel, list(p.ranges), p.values().detach().clone()) for p in client.upload.parts]
         started = time.perf_counter()
@@ -202,7 +207,11 @@ def check_asynchronous(module) -> None:
     if hooks and not blocks_only:
         raise ConfigError("model.asynchronous", f"runs FedAvg-like algorithms and FedBCGD (server optimizer only); "
                           f"{module.algorithm.name} has per-client hooks/state: choose fedavg, fedavgm or fedbcgd")
-    for name, off in (("compression", module.codec is None), ("privacy", module.privacy is None),
+    codec = module.codec
+    if codec is not None and (codec.error_feedback or type(codec).client_state is not Codec.client_state):
+        raise ConfigError("model.compression", "keeps per-client state (error feedback, PowerSGD's Q) that FedBuff's "
+                          "clients do not carry; use a stateless codec (topk, randk, qsgd without error_feedback)")
+    for name, off in (("privacy", module.privacy is None),
                       ("client_dropout", hp.client_dropout == 0), ("parallel_clients", hp.parallel_clients == 1)):
         if not off:
             raise ConfigError(f"model.{name}", "is not supported with model.asynchronous; leave it unset")
