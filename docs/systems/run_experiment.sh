@@ -28,7 +28,7 @@ for setting in cifar10_lenet5 convex_mnist_logreg; do
       [ $mode = fedbuff ] && [ $alg = fedbcgd_plus ] && continue
       R=""; [ -n "$ROUNDS" ] && R="--trainer.max_epochs $ROUNDS"
       for seed in $SEEDS; do
-        echo "$FL fit --config configs/experiments/$setting.yaml --model.algorithm $alg $M $R --seed_everything $seed --threads 1 --trainer.logger.init_args.save_dir $OUT/$setting --trainer.logger.init_args.name $mode --trainer.logger.init_args.version $alg,seed=$seed"
+        echo "$FL fit --config configs/experiments/$setting.yaml --model.algorithm $alg $M $R --seed_everything $seed --threads 1 --trainer.logger.init_args.save_dir $OUT/$setting --trainer.logger.init_args.name $mode/$alg,seed=$seed"
       done
     done
   done
