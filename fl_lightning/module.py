@@ -38,7 +38,7 @@ from fl_lightning.runs.files import wandb_id, write_start_files
 from fl_lightning.runs.plot import write_curve
 from fl_lightning.federation.seeding import run_seed
 from fl_lightning.federation.session import start_rounds
-from fl_lightning.systems import RoundPolicy, SystemModel
+from fl_lightning.systems import Asynchronous, RoundPolicy, SystemModel
 from fl_lightning.privacy import ClientDP, PrivacyOptions
 from fl_lightning.privacy.control import NoisedControlSum
 
@@ -88,6 +88,8 @@ class FederatedModule(pl.LightningModule):
             a profile name (uniform, mobile, slow_uplink), a .csv trace, or a SystemModel; None: off.
         round_policy: with a system: wait_for_all (default), deadline, over_selection, or a RoundPolicy
             (``--model.round_policy.deadline_s``, ``.beta``).
+        asynchronous: with a system: ``fedbuff`` (``--model.asynchronous.buffer_size K``, ``.concurrency C``): buffered
+            asynchronous training, one server step per epoch (fl_lightning.systems.fedbuff); None: synchronous rounds.
         privacy: client-level DP (fl_lightning.privacy.PrivacyOptions): ``--model.privacy.noise_multiplier Z``
             (or ``.target_epsilon``), ``.clip C``, ``.adaptive_quantile``, ``.epsilon_budget``, ``.delta``; None: off.
         local_trainer: pl.Trainer options (callbacks, precision, accumulate_grad_batches, ...): each client's local
@@ -113,12 +115,13 @@ class FederatedModule(pl.LightningModule):
                  system: Union[SystemModel, str, None] = None,
                  round_policy: Union[RoundPolicy, str, None] = None, privacy: Optional[PrivacyOptions] = None,
                  local_trainer: Optional[dict] = None, personal_eval_every: Optional[int] = None,
-                 personal_eval_clients: Optional[int] = None, personal_new_clients: Optional[int] = None):
+                 personal_eval_clients: Optional[int] = None, personal_new_clients: Optional[int] = None,
+                 asynchronous: Union[Asynchronous, str, None] = None):
         super().__init__()
         self.save_hyperparameters(ignore=["network", "server_optimizer", "algorithm", "compression", "system",
-                                          "round_policy", "privacy", "local_trainer"])
+                                          "round_policy", "privacy", "local_trainer", "asynchronous"])
         settle_options(self, network, algorithm, compression, system, round_policy, privacy, server_optimizer,
-                       local_trainer)  # resolved and checked (fl_lightning.module_options); hparams record them
+                       local_trainer, asynchronous)  # resolved and checked (fl_lightning.module_options); hparams record them
         self.server_optimizer = server_optimizer
         self.automatic_optimization = False
         self.net = network
@@ -337,7 +340,7 @@ class FederatedModule(pl.LightningModule):
         checkpoint["federated"] = {"comm": self.loop.comm.state_dict() if self.loop else None, **self.rounds.state_dict(),
                                    "seed": run_seed(), "eval_mark": self.evaluation.mark, "run_id": self.run_id,
                                    "wall_s": self._wall_seconds, "wandb_id": wandb_id(self.trainer),
-                                   **({"clock": self.loop.systems.clock.state_dict()} if self.loop and self.loop.systems
+                                   **({"clock": self.loop.systems.state_dict()} if self.loop and self.loop.systems
                                       else {}),
                                    "client_state": self.client_state.state_dict() if self.client_state else None}
 

@@ -18,6 +18,7 @@ from fl_lightning.personalization.evaluation import check_new_clients, check_sch
 from fl_lightning.privacy import resolve_privacy
 from fl_lightning.privacy.options import check_algorithm as check_privacy
 from fl_lightning.systems import RoundPolicy, resolve_policy, resolve_system
+from fl_lightning.systems.fedbuff import check_asynchronous, resolve_asynchronous
 from fl_lightning.models.sizing import check_network_fits
 from fl_lightning.models.timm_models import timm_input_config
 
@@ -143,8 +144,22 @@ def check_compatible(module, datamodule) -> None:
         check_parallel_clients(module.flat, module.local_loss, datamodule.clients, module.hparams.batch_size)
 
 
+SYSTEM_KEYS = ("system", "round_policy", "asynchronous")  # recorded as system_specs gives them
+
+
+def system_specs(system, round_policy, asynchronous) -> dict:
+    """What the hparams record of model.system, .round_policy, .asynchronous (names or objects), as plain data;
+    the CLI compares a resume's options with a checkpoint's through it."""
+    system, asynchronous = resolve_system(system), resolve_asynchronous(asynchronous)
+    if system is None:
+        return {}
+    if asynchronous is not None:
+        return {"system": system.spec(), "asynchronous": asynchronous.spec()}
+    return {"system": system.spec(), "round_policy": (resolve_policy(round_policy) or RoundPolicy()).spec()}
+
+
 def settle_options(module, network, algorithm, compression, system, round_policy, privacy, server_optimizer,
-                   local_trainer) -> None:
+                   local_trainer, asynchronous=None) -> None:
     """The module's options resolved (registry names → objects) and checked, one ConfigError each, in the order
     a user meets them; sets ``module.algorithm``, ``.codec``, ``.system``, ``.round_policy``, ``.privacy``, ``.local_trainer`` and
     records in the hparams what ran, as plain data. ``module.hparams`` holds the init args already."""
@@ -162,6 +177,8 @@ def settle_options(module, network, algorithm, compression, system, round_policy
     module.algorithm.check_with(hp.weighted_aggregation, module.codec)
     module.privacy = resolve_privacy(privacy)  # None is off: nothing below changes
     check_new_clients(hp.personal_new_clients, module.system, module.privacy)
+    module.asynchronous = resolve_asynchronous(asynchronous)  # issue 32: FedBuff; None: synchronous rounds
+    check_asynchronous(module)
     if module.privacy is not None:
         check_privacy(module.privacy, module.algorithm.name, hp.weighted_aggregation, module.codec,
                       getattr(module.algorithm, "uses_blocks", False), getattr(module.algorithm, "rule", "spec"))
@@ -171,8 +188,7 @@ def settle_options(module, network, algorithm, compression, system, round_policy
         raise ConfigError("model.server_optimizer", "sets the server step itself: give its lr/momentum in its "
                           f"init_args and leave model.algorithm.{module.algorithm.changed_server_options()[0]} unset")
     used = network_optimizer_settings(network) if hp.local_optimizer == "network" else {}  # not model.lr & co.
-    system_spec = {} if module.system is None else {"system": module.system.spec(),
-                                                     "round_policy": (module.round_policy or RoundPolicy()).spec()}
+    system_spec = system_specs(module.system, module.round_policy, module.asynchronous)
     module.save_hyperparameters({**module.hparams, "algorithm": module.algorithm.spec(),  # what ran, as plain data
                                  "compression": codec_spec(module.codec), **used,
                                  **system_spec})

@@ -91,7 +91,8 @@ def _is_name(value) -> bool:
 # Options named by a word whose object has options of its own: ``--model.round_policy deadline
 # --model.round_policy.deadline_s 30`` means the class with that word as its first option.
 NAMED_OBJECTS = {"--model.system": ("fl_lightning.systems.model.SystemModel", "profile"),
-                 "--model.round_policy": ("fl_lightning.systems.policies.RoundPolicy", "kind")}
+                 "--model.round_policy": ("fl_lightning.systems.policies.RoundPolicy", "kind"),
+                 "--model.asynchronous": ("fl_lightning.systems.fedbuff.Asynchronous", "kind")}
 
 
 def _named_objects(args: list[str]) -> list[str]:

@@ -35,7 +35,7 @@ from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.federation.distributed import shutdown
 from fl_lightning.errors import ConfigError, FLUserError, check_unchanged
 from fl_lightning.models.timm_models import architecture_only
-from fl_lightning.module_options import check_trainer
+from fl_lightning.module_options import SYSTEM_KEYS, check_trainer, system_specs
 from fl_lightning.cli.options import moved
 from fl_lightning.runs.identity import ID_LINE, TAKES_EFFECT_AT_RESUME, names_its_logger, run_id, run_label
 from fl_lightning.models.sizing import size_network_by_data
@@ -300,10 +300,13 @@ class FederatedCLI(LightningCLI):
                  "data": self.checkpoint.get("FederatedDataModule", {}).get("settings", {})}
         if saved["model"].get("network_optimizer"):  # lr & co. are the network optimizer's, not the options'
             saved["model"] = {k: v for k, v in saved["model"].items() if k not in ("lr", "weight_decay", "client_momentum")}
+        model = config["model"]  # a system's options as recorded: names resolved, the default policy filled in
+        specs = system_specs(*(plain(model.get(key)) for key in ("system", "round_policy", "asynchronous")))
         for group, options in saved.items():
             for key, old in options.items():
                 if key in config[group] and key not in TAKES_EFFECT_AT_RESUME:
-                    for field, now, before in differences(f"{group}.{key}", plain(config[group][key]), plain(old)):
+                    now = plain(specs.get(key)) if group == "model" and key in SYSTEM_KEYS else plain(config[group][key])
+                    for field, now, before in differences(f"{group}.{key}", now, plain(old)):
                         check_unchanged(field, now, before)
 
     def name_the_run(self, config) -> None:

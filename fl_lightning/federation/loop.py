@@ -163,6 +163,8 @@ class FederatedLoop:
     def run_round(self, round_idx: int) -> Optional[torch.Tensor]:
         """Runs round ``round_idx``; returns the reporting clients' mean local training loss (a 0-dim
         tensor), or None if no client reported (then nothing changed)."""
+        if getattr(self.systems, "replaces_rounds", False):  # issue 32: FedBuff, one server step
+            return self.systems.step(self, round_idx)
         plan = self.configure_round(round_idx)
         received = ReceivedSums(plan.channels, self.global_vector.device, ordered=self.collective.world_size > 1)
         tally = RoundTally(len(plan.clients), self.global_vector.device)

@@ -12,16 +12,21 @@ from fl_lightning.federation.client_state import open_store
 from fl_lightning.federation.loop import FederatedLoop, LocalConfig
 from fl_lightning.personalization.evaluation import PersonalEvaluation, new_client_ids
 from fl_lightning.systems import RoundPolicy, RoundSimulator
+from fl_lightning.systems.fedbuff import FedBuff
 
 
-def simulator(module, num_clients: int) -> Optional[RoundSimulator]:
-    """The round simulator (its clock restored on resume), or None when model.system is unset."""
+def simulator(module, num_clients: int):
+    """The round simulator or, with model.asynchronous, FedBuff's event queue (restored on resume); None when
+    model.system is unset."""
     if module.system is None:
         return None
-    simulated = RoundSimulator(module.system.population(num_clients), module.round_policy or RoundPolicy(),
-                               module.hparams.batch_size)
+    population = module.system.population(num_clients)
+    if module.asynchronous is not None:  # FedBuff: the event queue replaces the rounds
+        simulated = FedBuff(module.asynchronous, population, module.hparams.batch_size)
+    else:
+        simulated = RoundSimulator(population, module.round_policy or RoundPolicy(), module.hparams.batch_size)
     if (module._restored or {}).get("clock") is not None:
-        simulated.clock.load_state_dict(module._restored["clock"])
+        simulated.load_state_dict(module._restored["clock"])
     return simulated
 
 

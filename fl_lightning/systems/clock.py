@@ -102,5 +102,11 @@ class RoundSimulator:
         self.seconds += time.perf_counter() - started
         yield from held
 
+    def state_dict(self) -> dict:
+        return self.clock.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.clock.load_state_dict(state)
+
     def metrics(self) -> dict[str, float]:
         return dict(self.last) if self.last else {"time/sim_s": self.clock.now_s}

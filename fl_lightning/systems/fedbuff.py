@@ -1,0 +1,217 @@
+"""Asynchronous training, FedBuff (issue 32, item 4; Nguyen et al., AISTATS 2022: buffered asynchronous
+aggregation). ``--model.asynchronous fedbuff --model.asynchronous.buffer_size K
+--model.asynchronous.concurrency C`` (needs ``--model.system``: the clients' simulated times).
+
+* C clients are in flight over simulated time. A client starts from the current global model, trains
+  at once (its update depends only on its start model, its data and its seeds) and is put in an event
+  queue at its finishing time: download + compute + upload + latency from the exact bytes, as in
+  synchronous rounds (fl_lightning.systems.profiles). The queue is ordered by (finishing time, launch
+  number): ties go to the client launched first.
+* Whenever a client finishes, a new one starts from the current global model: sampled (seeded by its
+  launch number) among the clients available then and not in flight; if there is none, the launch is
+  retried at the next arrival (and the clock waits for the first one online if nothing is in flight).
+* After every K arrived updates the server steps its optimizer on Δ̄ = Σ_i w_i s(τ_i) Δ_i / Σ_i w_i
+  per coordinate (w_i: n_i with weighted aggregation, else 1; a FedBCGD block update carries its block,
+  so each coordinate is averaged over the arrivals that sent it, as FedBCGD's synchronous averaging
+  does), with the staleness weight s(τ) = (1 + τ)^(−a) (default a = 1/2: 1/√(1+τ)); τ is the number of
+  server steps since the client's start model.
+* One Lightning epoch is one server step (one logged row): ``time/sim_s`` is the simulated time of its
+  K-th arrival; ``sys/staleness_mean``/``_max`` the buffer's τ, ``sys/in_flight`` the clients in flight.
+* Memory: the in-flight clients' uploads are held (at most C × d floats), not their start models; they
+  go into the checkpoint with the queue, the clock, the launch and step counters (every draw is derived
+  from the launch number, so no RNG state is needed): a resume is exact mid-run.
+
+FedBCGD's blocks: the k-th launched client uploads block π_{⌊k/N⌋}(k mod N) (a seeded shuffle of the N
+blocks per cycle of N launches), so every block is sent equally often. Algorithms with per-client state
+or other hooks (control variates, FedProx, FedNova, ...), codecs with per-client state (error feedback,
+PowerSGD), privacy, client_dropout, round policies and DDP are refused in one line; a stateless codec (TopK,
+RandK, QSGD) compresses each upload as in synchronous rounds, and its smaller upload arrives sooner.
+"""
+from __future__ import annotations
+
+import heapq
+import time
+from typing import Optional
+
+import numpy as np
+import torch
+
+from fl_lightning.callbacks import CompressedUpload
+from fl_lightning.compression.accounting import Part, Payload, ReceivedSums
+from fl_lightning.compression.codecs import Codec
+from fl_lightning.errors import ConfigError
+from fl_lightning.federation.contexts import ClientTask, RoundContext
+from fl_lightning.federation.seeding import Purpose, derive_seed
+from fl_lightning.systems.clock import VirtualClock
+
+ASYNC_STREAM = 0xA5C  # derive_seed(ASYNC_STREAM, launch, ...): the launches' draws
+
+
+class Asynchronous:
+    """Args:
+        kind: fedbuff (the only one).
+        buffer_size: K, arrived updates per server step.
+        concurrency: C, clients in flight.
+        staleness_exponent: a in s(τ) = (1 + τ)^(−a); 0.5 (default): 1/√(1+τ); 0: no discount.
+    """
+
+    def __init__(self, kind: str = "fedbuff", buffer_size: int = 10, concurrency: int = 20,
+                 staleness_exponent: float = 0.5):
+        if kind != "fedbuff":
+            raise ConfigError("model.asynchronous", f"unknown kind {kind!r}; choose fedbuff")
+        for name, value in (("buffer_size", buffer_size), ("concurrency", concurrency)):
+            if not (isinstance(value, int) and value >= 1):
+                raise ConfigError(f"model.asynchronous.{name}", f"must be an integer ≥ 1, got {value}")
+        if not staleness_exponent >= 0:
+            raise ConfigError("model.asynchronous.staleness_exponent", f"must be ≥ 0, got {staleness_exponent}")
+        self.kind, self.buffer_size, self.concurrency = kind, buffer_size, concurrency
+        self.staleness_exponent = float(staleness_exponent)
+
+    def spec(self) -> dict:
+        return {"class_path": f"{__name__}.Asynchronous",
+                "init_args": {"kind": self.kind, "buffer_size": self.buffer_size, "concurrency": self.concurrency,
+                              "staleness_exponent": self.staleness_exponent}}
+
+    def staleness(self, tau: int) -> float:
+        return (1.0 + tau) ** -self.staleness_exponent
+
+
+def resolve_asynchronous(value) -> Optional[Asynchronous]:
+    """None, ``fedbuff``, a ``{class_path, init_args}`` dict (a checkpoint's hparams) or an Asynchronous."""
+    if value is None or isinstance(value, Asynchronous):
+        return value
+    if isinstance(value, str):
+        return Asynchronous(value)
+    if isinstance(value, dict):
+        return Asynchronous(**(value.get("init_args") or {}))
+    raise ConfigError("model.asynchronous", f"needs fedbuff or an Asynchronous, got {type(value).__name__}")
+
+
+class FedBuff:
+    """The event queue and the server steps; ``step`` replaces the loop's synchronous round."""
+
+    replaces_rounds = True
+
+    def __init__(self, options: Asynchronous, population, batch_size: int):
+        self.options, self.population, self.batch_size = options, population, batch_size
+        self.clock = VirtualClock()
+        self.queue: list[tuple] = []  # (finish_s, launch, client_id, start_step, weight, steps, loss, down, up, parts)
+        self.launched = 0  # launch counter: every launch's draws derive from it
+        self.server_steps = 0
+        self.last: dict[str, float] = {}
+        self.seconds = 0.0  # wall time in the simulation itself (not the clients' training)
+
+    # -- launches ---------------------------------------------------------------------------------
+    def _candidate(self) -> Optional[int]:
+        busy = np.zeros(len(self.population), dtype=bool)
+        busy[[entry[2] for entry in self.queue]] = True
+        ids = np.flatnonzero(self.population.available(self.clock.now_s) & ~busy)
+        if not len(ids):
+            return None
+        return int(np.random.default_rng(derive_seed(ASYNC_STREAM, self.launched, Purpose.SAMPLING)).choice(ids))
+
+    def _launch(self, loop, client_id: int) -> None:
+        k, blocks = self.launched, loop.blocks
+        ranges = [(0, loop.flat.numel)]
+        if blocks is not None:
+            n = blocks.num_blocks
+            order = np.random.default_rng(derive_seed(ASYNC_STREAM, k // n, Purpose.BLOCK_ORDER)).permutation(n)
+            ranges = blocks.upload_ranges(int(order[k % n]))
+        task = ClientTask(client_id, 0, derive_seed(ASYNC_STREAM, k, client_id), loop.clients.num_samples(client_id),
+                          list(ranges), loop.config.local_epochs)
+        plan = RoundContext(self.server_steps, loop.optimizer.param_groups[0]["lr"], [task],
+                            {"delta": loop.flat.numel}, len(loop.clients), loop.flat.num_params, loop.flat.numel,
+                            blocks, loop.client_state, loop.flat.device, loop.clients.offsets[-1],
+                            tuple(loop.flat.segments))
+        for codec in (cb for cb in loop.callbacks if isinstance(cb, CompressedUpload)):
+            codec.configure_round(plan)  # a stateless codec: its sizes and segments only
+        client, loss_sum, _ = loop.local_trainer.run_client(task, plan)
+        parts = [(p.channel, list(p.ranges), p.values().detach().clone()) for p in client.upload.parts]
+        started = time.perf_counter()
+        up, down = client.upload.nbytes, client.download.nbytes
+        duration = float(self.population.client_times([client_id], [down], [up], [client.steps * self.batch_size])[0])
+        heapq.heappush(self.queue, (self.clock.now_s + duration, k, client_id, self.server_steps, float(client.weight),
+                                    client.steps, float(loss_sum), down, up, parts))
+        self.launched += 1
+        self.seconds += time.perf_counter() - started
+
+    def _fill(self, loop) -> None:
+        """Launches clients until C are in flight or none is available now."""
+        while len(self.queue) < self.options.concurrency:
+            candidate = self._candidate()
+            if candidate is None:
+                if self.queue:
+                    return
+                self.clock.now_s = self.population.next_online(self.clock.now_s)  # nothing in flight: wait
+                continue
+            self._launch(loop, candidate)
+
+    # -- one server step ----------------------------------------------------------------------------
+    def step(self, loop, step_idx: int) -> Optional[torch.Tensor]:
+        """K arrivals (launching a new client after each), then one server step; the arrivals' mean local loss."""
+        started_s = self.clock.now_s
+        self._fill(loop)
+        received = ReceivedSums({"delta": loop.flat.numel}, loop.global_vector.device)
+        loss = torch.zeros((), dtype=torch.float32)
+        steps = torch.zeros((), dtype=torch.float32)
+        uploads, downloads, taus = [], [], []
+        while len(taus) < self.options.buffer_size:
+            finish, _, _, start_step, weight, n_steps, loss_sum, down, up, parts = heapq.heappop(self.queue)
+            self.clock.now_s = finish
+            tau = self.server_steps - start_step
+            scale = self.options.staleness(tau)
+            payload = Payload([Part(channel, ranges, values if scale == 1.0 else values * scale)
+                               for channel, ranges, values in parts])
+            received.add(payload, delta_weight=weight)
+            loss += torch.tensor(loss_sum, dtype=torch.float32)
+            steps += float(n_steps)
+            uploads.append(up)
+            downloads.append(down)
+            taus.append(tau)
+            self._fill(loop)
+        loop.comm.add_round(uploads, downloads)
+        loop.server_update(step_idx, received)
+        loop.flat.load(loop.global_vector)
+        self.server_steps += 1
+        self.last = {"time/sim_s": self.clock.now_s, "time/sim_round_s": self.clock.now_s - started_s,
+                     "sys/staleness_mean": float(np.mean(taus)), "sys/staleness_max": float(max(taus)),
+                     "sys/in_flight": float(len(self.queue))}
+        return loss / steps
+
+    def metrics(self) -> dict[str, float]:
+        return dict(self.last) if self.last else {"time/sim_s": self.clock.now_s}
+
+    # -- checkpoint -------------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"now_s": self.clock.now_s, "launched": self.launched, "server_steps": self.server_steps,
+                "queue": [list(entry) for entry in self.queue]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.clock.now_s, self.launched = float(state["now_s"]), int(state["launched"])
+        self.server_steps = int(state["server_steps"])
+        self.queue = [tuple(entry) for entry in state["queue"]]
+        heapq.heapify(self.queue)
+
+
+def check_asynchronous(module) -> None:
+    """What FedBuff does not combine with, one line each (module options resolved)."""
+    if module.asynchronous is None:
+        return
+    hp = module.hparams
+    if module.system is None:
+        raise ConfigError("model.asynchronous", "needs a simulated system for the clients' times: give model.system")
+    if module.round_policy is not None:
+        raise ConfigError("model.round_policy", "is for synchronous rounds; leave it unset with model.asynchronous")
+    hooks = module.algorithm.callbacks()
+    blocks_only = [type(cb).__name__ for cb in hooks] == ["BlockUploadMask"] and not hooks[0].freeze_other_blocks
+    if hooks and not blocks_only:
+        raise ConfigError("model.asynchronous", f"runs FedAvg-like algorithms and FedBCGD (server optimizer only); "
+                          f"{module.algorithm.name} has per-client hooks/state: choose fedavg, fedavgm or fedbcgd")
+    codec = module.codec
+    if codec is not None and (codec.error_feedback or type(codec).client_state is not Codec.client_state):
+        raise ConfigError("model.compression", "keeps per-client state (error feedback, PowerSGD's Q) that FedBuff's "
+                          "clients do not carry; use a stateless codec (topk, randk, qsgd without error_feedback)")
+    for name, off in (("privacy", module.privacy is None),
+                      ("client_dropout", hp.client_dropout == 0), ("parallel_clients", hp.parallel_clients == 1)):
+        if not off:
+            raise ConfigError(f"model.{name}", "is not supported with model.asynchronous; leave it unset")
