@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fl_lightning.algorithms import Ditto, FedAvgFT, FedBCGDPersonal, FedBN, FedPer, FedRep
+from fl_lightning.algorithms import APFL, Ditto, FedAvgFT, FedBCGDPersonal, FedBN, FedPer, FedRep
 from fl_lightning.callbacks import FLCallback
 from fl_lightning.data.datamodule import ClientData
 from fl_lightning.errors import ConfigError
@@ -178,6 +178,39 @@ def test_ditto_personal_models_and_global_model(tmp_path):
     for i in range(M):
         close(fed.client_row("ditto_personal", i), as_vector(fed, v[i]))
     assert fed.loop.comm.upload_bytes == 2 * M * 4 * 26  # Δ only: d = 26
+
+
+def test_apfl_personal_models_through_the_mixture_and_global_model(tmp_path):
+    alpha = 0.25
+    fed, x, rec = run(APFL(alpha=alpha, personal_epochs=1), tmp_path, mlp())
+    v = {i: dict(x) for i in range(M)}
+    for r in rec.rounds:
+        deltas = []
+        for i, batches in sorted(r["batches"].items()):
+            personal_steps = math.ceil(SIZES[i] / 2)
+            for xb, yb in batches[:personal_steps]:  # the paper's rule: v ← v − η ∇_v f_i(α v + (1−α) x^r)
+                leaves = {k: v[i][k].clone().requires_grad_() for k in x}
+                mixed = {k: alpha * leaves[k] + (1 - alpha) * x[k] for k in x}
+                grads = torch.autograd.grad(F.cross_entropy(forward(mixed, xb), yb), [leaves[k] for k in x])
+                v[i] = {k: v[i][k] - LR * g for k, g in zip(x, grads)}
+            y = dict(x)
+            for xb, yb in batches[personal_steps:]:
+                y = sgd_step(y, xb, yb, list(x))
+            deltas.append({k: y[k] - x[k] for k in x})
+        x = {k: x[k] + sum(d[k] for d in deltas) / len(deltas) for k in x}
+    close(fed.global_vector, as_vector(fed, x))
+    for i in range(M):
+        close(fed.client_row("apfl_personal", i), as_vector(fed, v[i]))
+    assert fed.loop.comm.upload_bytes == 2 * M * 4 * 26  # Δ only: v_i never sent
+    evaluation = PersonalEvaluation(fed.flat, lambda n, a, b: F.cross_entropy(n(a), b), held_out(),
+                                    fed.loop.clients, fed.client_state, fed.callbacks, lambda t: t, 2, LR)
+    for i in range(M):  # the personalised model: α v_i + (1−α) x^r
+        close(evaluation.personal_vector(i, fed.global_vector),
+              as_vector(fed, {k: alpha * v[i][k] + (1 - alpha) * x[k] for k in x}))
+    accs = [accuracy({k: alpha * v[i][k] + (1 - alpha) * x[k] for k in x}, *held_out().of(i)) for i in range(M)]
+    assert evaluation.run(fed.global_vector, 1)["pval/acc_mean"] == pytest.approx(sum(accs) / M)
+    with pytest.raises(ConfigError, match=r"APFL\(alpha=...\).*must be in \(0, 1\]"):
+        APFL(alpha=0.0)
 
 
 def test_fedbn_keeps_normalisation_weights_and_statistics_local(tmp_path):

@@ -81,7 +81,8 @@ def conv_run(rounds, name, algorithm, ckpt_path=None, callbacks=(), table=None, 
 
 
 @pytest.mark.parametrize("algorithm,table", [("fedper", "personal_part"), ("ditto", "ditto_personal"),
-                                             ("fedbn", "personal_part"), ("fedrep", "personal_part")])
+                                             ("fedbn", "personal_part"), ("fedrep", "personal_part"),
+                                             ("apfl", "apfl_personal")])
 def test_personal_state_survives_kill_and_resume_bit_identically(algorithm, table):
     every = ModelCheckpoint(dirpath=f"ckpts_{algorithm}", filename="{epoch}", save_top_k=-1, every_n_epochs=1)
     full_module, full = conv_run(4, "full", algorithm, callbacks=[every], table=table)

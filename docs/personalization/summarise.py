@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 root = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/personalization/runs")
-ORDER = ["fedavg", "fedavg_ft", "fedbn", "fedper", "fedrep", "ditto", "fedbcgd", "fedbcgd_personal"]
+ORDER = ["fedavg", "fedavg_ft", "fedbn", "fedper", "fedrep", "ditto", "apfl", "fedbcgd", "fedbcgd_personal"]
 
 
 def cell(values, digits=3):
@@ -24,9 +24,9 @@ for part in sorted(p.name for p in root.iterdir() if p.is_dir()):
             if not any(r.get("pval/acc_mean") for r in rows):
                 continue  # unfinished: pval/* comes with the last round
             last_pval = [r for r in rows if r.get("pval/acc_mean")][-1]
-            last_val = [r for r in rows if r.get("val/acc")][-1]
+            vals = [float(r["val/acc"]) for r in rows if r.get("val/acc")] or [float("nan")]  # nan: never validated
             finals.append((float(last_pval["pval/acc_mean"]), float(last_pval["pval/acc_p10"]),
-                           float(last_val["val/acc"]), float(rows[-1]["comm/upload_d"])))
+                           vals[-1], float(rows[-1]["comm/upload_d"])))
         if finals:
             cols = list(zip(*finals))
             print(f"| {part} | {alg} | {len(finals)} | {cell(cols[0])} | {cell(cols[1])} | {cell(cols[2])} | "

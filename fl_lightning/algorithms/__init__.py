@@ -23,6 +23,7 @@ from fl_lightning.algorithms.fedavg_ft import FedAvgFT  # isort: skip (issue 33:
 from fl_lightning.algorithms.fedper import FedPer  # isort: skip
 from fl_lightning.algorithms.fedbn import FedBN  # isort: skip
 from fl_lightning.algorithms.ditto import Ditto  # isort: skip
+from fl_lightning.algorithms.apfl import APFL  # isort: skip
 from fl_lightning.algorithms.fedrep import FedRep  # isort: skip
 from fl_lightning.algorithms.fedbcgd_personal import FedBCGDPersonal  # isort: skip
 from fl_lightning.algorithms.centralized import Centralized  # isort: skip
@@ -43,7 +44,7 @@ def create(name: str) -> tuple[Algorithm, "Codec | None"]:
     return entry.algorithm(), (CODECS[entry.codec]() if entry.codec else None)
 
 
-__all__ = ["REGISTRY", "Algorithm", "Centralized", "Ditto", "Entry", "FedAdam", "FedAvg", "FedAvgFT", "FedAvgM",
+__all__ = ["APFL", "REGISTRY", "Algorithm", "Centralized", "Ditto", "Entry", "FedAdam", "FedAvg", "FedAvgFT", "FedAvgM",
            "FedBCGD", "FedBCGDFreezing", "FedBCGDPersonal", "FedBCGDPlus", "FedBN", "FedDC", "FedDyn", "FedNova",
            "FedPer", "FedProx", "FedRep", "FedYogi", "SCAFFOLD",
            "algorithms_with", "create", "get", "register", "register_preset"]
