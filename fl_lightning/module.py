@@ -30,6 +30,7 @@ from fl_lightning.federation.distributed import Collective
 from fl_lightning.errors import ConfigError, DivergenceError, check_unchanged
 from fl_lightning.federation.evaluation import GlobalEvaluation, test_metrics, train_objective
 from fl_lightning.federation.flat import FlatModel
+from fl_lightning.federation.parallel import ClientThreads
 from fl_lightning.federation.user_module import LoggedValues, is_lightning, network_optimizer, overrides
 from fl_lightning.module_options import check_compatible, check_trainer, settle_options
 from fl_lightning.runs.python_api import prepare, summary
@@ -139,6 +140,7 @@ class FederatedModule(pl.LightningModule):
         self._validated = False  # this round's validation has ended
         self._round_seconds, self._wall_seconds = 0.0, 0.0  # this round's and all rounds' training wall time
         self._train_logs = LoggedValues()  # the network's own self.log calls in training_step
+        self._eval_threads = ClientThreads()  # K clients at a time: evaluate at threads // K too
 
     # -- wiring ---------------------------------------------------------------------------
     def _apply(self, fn, *args, **kwargs):
@@ -286,7 +288,9 @@ class FederatedModule(pl.LightningModule):
         rounds, every, max_rounds = self.current_epoch + 1, self.hparams.test_every_n_rounds, self.trainer.max_epochs
         last = self.trainer.should_stop or (max_rounds is not None and 0 <= max_rounds <= rounds)
         if last or (every and rounds % every == 0):
+            self._eval_threads.enter(self.loop.pool)
             row.update(test_metrics(self.net, self.trainer))
+            self._eval_threads.exit()
         if self.personal is not None and self.personal.due(rounds, last):
             row.update(self.personal.run(self.global_vector, self.current_epoch, self._lr,
                                          self.trainer.log_dir if self.trainer.is_global_zero else None))
@@ -296,6 +300,7 @@ class FederatedModule(pl.LightningModule):
     # -- evaluation of the global model ------------------------------------------------------
     def on_validation_epoch_start(self):
         self.evaluation.start(self.trainer, self.loop.comm.upload_d if self.loop is not None else None)
+        self._eval_threads.enter(self.loop.pool if self.loop is not None else None)  # one thread per client
 
     def _eval_step(self, batch, batch_idx: int, own_hook: str):
         if self.evaluation.skip:
@@ -306,6 +311,7 @@ class FederatedModule(pl.LightningModule):
         self.evaluation.step(self.net, self.trainer.datamodule.eval_transform(x), y, batch_idx, own_hook)
 
     def _eval_epoch_end(self, prefix: str):
+        self._eval_threads.exit()
         metrics = self.evaluation.end(prefix, self.net, self.collective)
         if metrics is None:
             return

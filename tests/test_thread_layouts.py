@@ -68,22 +68,15 @@ def test_one_thread_per_client_is_the_same_in_one_process_and_k2(tmp_path, capsy
 def test_ddp_at_one_thread_per_rank_is_one_process_bit_for_bit_and_resumes_it(tmp_path):
     assert main([*MLP784, "--threads", "1", "--trainer.logger.init_args.save_dir", "one"]) == 0
     cli = Path(sys.executable).with_name("fl-lightning")
-    done = subprocess.run([str(cli), *MLP784, "--threads", "1", "--trainer.devices", "2", "--trainer.accelerator",
-                           "cpu", "--trainer.strategy", "ddp", "--trainer.logger.init_args.save_dir", "ddp"],
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "terminate called" not in done.stderr
-    (one_rows, one_w), (ddp_rows, ddp_w) = logged("one"), logged("ddp")
-    # the ranks' uploads, losses and evaluation batches are combined in plan / batch order: bit for bit
-    assert len(ddp_rows) == 2 and ddp_rows == one_rows
-    assert torch.equal(ddp_w, one_w)
-    # a one-process checkpoint resumed on 2 ranks goes on as the uninterrupted run, silently
+    one_rows, _ = logged("one")
+    # a one-process checkpoint resumed on 2 ranks goes on as the uninterrupted run, silently (the ranks' uploads,
+    # losses and evaluation batches are combined in plan / batch order; the whole-fit comparison is below)
     assert main([*MLP784, "--threads", "1", "--trainer.max_epochs", "1", "--trainer.logger.init_args.save_dir", "half"]) == 0
     done = subprocess.run([str(cli), *MLP784, "--threads", "1", "--trainer.devices", "2", "--trainer.accelerator", "cpu",
                            "--trainer.strategy", "ddp", "--trainer.logger.init_args.save_dir", "half", "--ckpt_path", "last"],
                           env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "cannot be bit-identical" not in done.stdout
+    assert "terminate called" not in done.stderr and "cannot be bit-identical" not in done.stdout
     resumed = sorted(glob.glob("half/**/metrics.csv", recursive=True))[-1]
     rows = [{k: v for k, v in row.items() if not k.startswith("time/")} for row in csv.DictReader(open(resumed))]
     assert rows == one_rows[1:]
@@ -101,15 +94,17 @@ def cifar_folder(root: Path, train_per_class: int = 12, test_per_class: int = 4)
 
 
 def fit_in_three_layouts(args: list[str]) -> dict[str, tuple[list[dict], torch.Tensor]]:
-    assert main([*args, "--threads", "1", "--trainer.logger.init_args.save_dir", "one"]) == 0
-    assert main([*args, "--threads", "2", "--model.parallel_clients", "2",
-                 "--trainer.logger.init_args.save_dir", "k2"]) == 0
+    """One process at 1 thread, K = 2 at 2 threads (1 each) and 2 DDP ranks at 1 thread each, each a fresh
+    ``fl-lightning fit`` process as a user starts it."""
     cli = Path(sys.executable).with_name("fl-lightning")
-    done = subprocess.run([str(cli), *args, "--threads", "1", "--trainer.devices", "2", "--trainer.accelerator", "cpu",
-                           "--trainer.strategy", "ddp", "--trainer.logger.init_args.save_dir", "ddp"],
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return {layout: logged(layout) for layout in ("one", "k2", "ddp")}
+    layouts = {"one": ["--threads", "1"], "k2": ["--threads", "2", "--model.parallel_clients", "2"],
+               "ddp": ["--threads", "1", "--trainer.devices", "2", "--trainer.accelerator", "cpu",
+                       "--trainer.strategy", "ddp"]}
+    for layout, options in layouts.items():
+        done = subprocess.run([str(cli), *args, *options, "--trainer.logger.init_args.save_dir", layout],
+                              env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, done.stderr[-2000:]
+    return {layout: logged(layout) for layout in layouts}
 
 
 @requires_shared_data

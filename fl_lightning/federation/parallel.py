@@ -180,3 +180,23 @@ class ClientPool:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
+
+
+class ClientThreads:
+    """Evaluation at a client's intra-op thread count (``threads // K`` with K clients at a time, else as it
+    is), so that the global model's metrics are computed with the arithmetic of every other layout at one
+    thread per client (issue 36): a convolution's sums depend on its thread count. ``enter``/``exit`` bracket
+    an evaluation that spans several Lightning hooks."""
+
+    def __init__(self):
+        self._saved = None
+
+    def enter(self, pool: Optional["ClientPool"]) -> None:
+        if pool is not None and self._saved is None:
+            self._saved = torch.get_num_threads()
+            torch.set_num_threads(pool.threads_each)
+
+    def exit(self) -> None:
+        if self._saved is not None:
+            torch.set_num_threads(self._saved)
+            self._saved = None
