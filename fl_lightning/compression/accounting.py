@@ -120,9 +120,6 @@ class ReceivedSums:
             weights[start:stop].add_(weight)
             offset += stop - start
 
-    def has(self, channel: str) -> bool:
-        return channel in self._sums
-
     def combine(self, collective) -> None:
         """Several ranks: every rank's recorded additions (values moved by ``collective.concat``,
         their slices by ``all_gather_object``), made here in plan order; then every rank holds the sums
