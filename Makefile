@@ -17,7 +17,7 @@ run: $(STAMP)
 	$(BIN)/fl-lightning fit --config configs/quickstart.yaml
 
 test: $(STAMP)
-	WANDB_MODE=offline $(BIN)/python -m pytest -q --durations=15
+	WANDB_MODE=offline $(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=15
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_loop.py

@@ -7,6 +7,11 @@ from pathlib import Path
 # the records were made with. Set before torch is imported; subprocesses inherit it. Run-to-run
 # equality holds with either.
 os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")
+# `make test` runs two pytest-xdist workers on the two cores: each worker, and every process it starts, takes
+# one thread (two threads per worker would oversubscribe the cores). Tests that need a count set it themselves.
+XDIST_WORKER = bool(os.environ.get("PYTEST_XDIST_WORKER"))
+if XDIST_WORKER:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 import pytorch_lightning as pl  # noqa: E402
@@ -27,7 +32,7 @@ def _isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     pl.seed_everything(0, verbose=False)
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    torch.set_num_threads(1 if XDIST_WORKER else max(1, min(2, os.cpu_count() or 1)))
 
 
 def make_trainer(max_epochs: int, **kwargs) -> pl.Trainer:
