@@ -9,6 +9,9 @@
 #             as 100 rounds × 10); FedBCGD+ has per-client control variates: not run under FedBuff
 # CIFAR-10 LeNet-5 (configs/experiments/cifar10_lenet5.yaml) and the convex MNIST model (convex_mnist_logreg.yaml),
 # FedAvg, FedAvgM, FedBCGD, FedBCGD+, FedPAQ (FedAvg + QSGD), 3 seeds; two fits at a time, one thread each.
+# Scale (2 CPU cores): CIFAR-10 clients hold 200 images (not 500) and run 40 rounds / FedBuff server steps;
+# the convex model runs 150 rounds for every algorithm (max_upload_d lifted so FedAvg is not stopped at 100 d).
+# CIFAR_ARGS / CONVEX_ARGS replace these (e.g. CIFAR_ARGS="" for the paper's clients and 100 rounds).
 # Usage (repository root): bash docs/systems/run_experiment.sh OUT [ROUNDS [SEEDS]]   (check the commands: OUT 1 0)
 # ONLY=PATTERN runs the commands that contain it. Then: fl-lightning report OUT/<setting>/<mode> --x sim_time --target T   (time to target, first and sustained)
 cd "$(dirname "$0")/../.."
@@ -16,8 +19,10 @@ OUT=${1:-/tmp/exp32}
 ROUNDS=${2:-}
 SEEDS=${3:-0 1 2}
 FL=${FL:-.venv/bin/fl-lightning}
+CIFAR_ARGS=${CIFAR_ARGS-"--data.samples_per_client 200 --trainer.max_epochs 40"}
+CONVEX_ARGS=${CONVEX_ARGS-"--trainer.max_epochs 150 --model.max_upload_d 1000"}
 for setting in cifar10_lenet5 convex_mnist_logreg; do
-  D=60; [ $setting = convex_mnist_logreg ] && D=6
+  D=60; S=$CIFAR_ARGS; [ $setting = convex_mnist_logreg ] && D=6 && S=$CONVEX_ARGS
   for mode in wait deadline fedbuff; do
     case $mode in
       wait) M="--model.system slow_uplink" ;;
@@ -28,7 +33,7 @@ for setting in cifar10_lenet5 convex_mnist_logreg; do
       [ $mode = fedbuff ] && [ $alg = fedbcgd_plus ] && continue
       R=""; [ -n "$ROUNDS" ] && R="--trainer.max_epochs $ROUNDS"
       for seed in $SEEDS; do
-        echo "$FL fit --config configs/experiments/$setting.yaml --model.algorithm $alg $M $R --seed_everything $seed --threads 1 --trainer.logger.init_args.save_dir $OUT/$setting --trainer.logger.init_args.name $mode/$alg,seed=$seed"
+        echo "$FL fit --config configs/experiments/$setting.yaml --model.algorithm $alg $M $S $R --seed_everything $seed --threads 1 --trainer.logger.init_args.save_dir $OUT/$setting --trainer.logger.init_args.name $mode/$alg,seed=$seed"
       done
     done
   done
