@@ -35,8 +35,9 @@ from fl_lightning.federation.user_module import LoggedValues, is_lightning, netw
 from fl_lightning.module_options import check_compatible, check_trainer, settle_options
 from fl_lightning.runs.python_api import prepare, summary
 from fl_lightning.federation.round_log import RoundLog
-from fl_lightning.runs.files import wandb_id, write_start_files
+from fl_lightning.runs.files import run_dirs, wandb_id, write_start_files
 from fl_lightning.runs.plot import write_curve
+from fl_lightning.runs.timeline import append_timeline
 from fl_lightning.federation.seeding import run_seed
 from fl_lightning.federation.session import start_rounds
 from fl_lightning.systems import Asynchronous, RoundPolicy, SystemModel
@@ -294,6 +295,8 @@ class FederatedModule(pl.LightningModule):
         if self.personal is not None and self.personal.due(rounds, last):
             row.update(self.personal.run(self.global_vector, self.current_epoch, self._lr,
                                          self.trainer.log_dir if self.trainer.is_global_zero else None))
+        if self.loop.systems is not None and self.trainer.is_global_zero:  # issue 32: the clients' time line
+            append_timeline(run_dirs(self.trainer), self.loop.systems.timeline)
         return self.rounds.write(row, self.loop.comm.upload_d, self.current_epoch, self.trainer.loggers,
                                  evaluated=bool(self.evaluation.metrics))
 

@@ -92,6 +92,13 @@ def test_fedbuff_server_steps_are_the_staleness_weighted_buffer_at_its_kth_arriv
     assert max(float(r["sys/staleness_max"]) for r in rows) >= 1  # some updates really were stale
     for got, expected in zip(recorder.updates, updates):
         torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-7)
+    with open("runs/fb/version_0/timeline.csv") as f:  # each step's K arrivals: the last one is the step's time
+        timeline = list(csv.DictReader(f))
+    assert [int(r["round"]) for r in timeline] == [1, 1, 2, 2, 3, 3, 4, 4]
+    for step, row in enumerate(rows):
+        arrivals = [float(r["end_s"]) for r in timeline[2 * step:2 * step + 2]]
+        assert arrivals[-1] == pytest.approx(float(row["time/sim_s"]), rel=1e-12) and arrivals == sorted(arrivals)
+    assert float(rows[-1]["sys/available"]) == 8  # the trace's clients are always online
     if algorithm == "fedbcgd":  # a block update carries its block: about half the model per client
         assert all(0 < sum(b - a for a, b in r) < module.flat.numel for _, r, _, _ in recorder.launches)
     _, again, rows_again = fit(tmp_path, 4, algorithm, name="again", **options)

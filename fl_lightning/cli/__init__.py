@@ -6,6 +6,7 @@
     fl-lightning blocks --config X                                      (the model's block division)
     fl-lightning sweep --config X --grid key=a,b ... [--jobs J] [--print]  (a grid of fit runs: fl_lightning.runs.sweep)
     fl-lightning report RUNS... --target ACC [--out PREFIX]             (tables and plots: fl_lightning.runs.report)
+    fl-lightning timeline RUN [--round R]                               (one simulated round: fl_lightning.runs.timeline)
 
 User mistakes surface as one line naming the field and the fix (exit code 2), checked
 before any run directory is created.
@@ -22,8 +23,8 @@ import yaml
 from fl_lightning.errors import ConfigError, FLUserError
 from fl_lightning.cli.options import check_option_names
 
-SUBCOMMANDS = ("fit", "validate", "test", "algorithms", "blocks", "sweep", "report", "privacy")
-HELP = """usage: fl-lightning {fit,validate,test,algorithms,blocks,sweep,report,privacy} [--config FILE] [--dotted.option VALUE ...]
+SUBCOMMANDS = ("fit", "validate", "test", "algorithms", "blocks", "sweep", "report", "privacy", "timeline")
+HELP = """usage: fl-lightning {fit,validate,test,algorithms,blocks,sweep,report,privacy,timeline} [--config FILE] [--dotted.option VALUE ...]
 
 Federated learning on PyTorch Lightning (FedAvg ... FedBCGD+); one epoch is one communication round.
 
@@ -37,6 +38,8 @@ subcommands:
   sweep       a grid of fit runs: --grid model.algorithm=fedavg,fedbcgd --grid seed_everything=0,1,2 [--jobs 2]
               (finished runs are skipped, interrupted ones resume; --print lists the commands instead)
   report      paper-style tables (Markdown, CSV, LaTeX) and a plot from runs: RUNS... --target 0.7 [--out PREFIX]
+  timeline    one round of a run with model.system: each client's download, compute, upload and latency on
+              the simulated clock (RUN [--round R]; from the run folder's timeline.csv)
   privacy     client-level DP before training: --rounds R --cohort M --population K --epsilon 8 (→ noise
               multiplier) or --noise-multiplier Z (→ ε) [--delta D] (fl_lightning.privacy)
 
@@ -92,7 +95,7 @@ def main(args=None) -> int:
         return 2
     try:
         check_config_files(command)
-        if command[:1] in (["sweep"], ["report"], ["algorithms"], ["privacy"]):  # imported on use: the others stay fast
+        if command[:1] in (["sweep"], ["report"], ["algorithms"], ["privacy"], ["timeline"]):  # imported on use: the others stay fast
             module = {"algorithms": "fl_lightning.algorithms.describe",
                       "privacy": "fl_lightning.privacy.calculator"}.get(command[0], f"fl_lightning.runs.{command[0]}")
             return import_module(module).main(command[1:])

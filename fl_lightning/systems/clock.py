@@ -10,7 +10,8 @@ with the exact bytes the loop counted (codecs and block uploads included). The r
 advances by it. Logged per round: ``time/sim_s`` (cumulative), ``time/sim_round_s``,
 ``sys/stragglers`` (sampled clients that finished but were not aggregated), ``sys/idle_s`` (mean
 over aggregated clients of the time they waited for the round to end), ``sys/available`` (clients
-online at the round's start).
+online at the round's start). ``timeline``: the round's clients, one row each (TIMELINE_COLUMNS), which
+the module appends to the run folder's timeline.csv (``fl-lightning timeline RUN`` plots a round).
 """
 from __future__ import annotations
 
@@ -21,6 +22,22 @@ import numpy as np
 
 from fl_lightning.systems.policies import RoundPolicy
 from fl_lightning.systems.profiles import Population
+
+
+# timeline.csv: one row per client per round (FedBuff: per arrival, ``round`` = the server step it joined);
+# status: aggregated, straggler (finished, not aggregated) or dropped (its upload never arrives / no step fitted)
+TIMELINE_COLUMNS = ("round", "client_id", "start_s", "download_s", "compute_s", "upload_s", "latency_s", "end_s",
+                    "steps", "status", "round_end_s")
+
+
+def timeline_rows(round_idx: int, ids, starts, segments: np.ndarray, steps, status, round_end_s: float) -> list[dict]:
+    """One TIMELINE_COLUMNS row per client: its start, its four segments (``Population.client_segments``), end."""
+    rows = []
+    for cid, start, seg, n, state in zip(ids, starts, segments.tolist(), steps, status):
+        rows.append(dict(zip(TIMELINE_COLUMNS, (round_idx + 1, int(cid), float(start), *seg,
+                                                float(start) + seg[0] + seg[1] + seg[2] + seg[3], int(n), state,
+                                                round_end_s))))
+    return rows
 
 
 class VirtualClock:
@@ -41,7 +58,7 @@ class RoundSimulator:
         self.population, self.policy, self.batch_size = population, policy, batch_size
         self.clock = VirtualClock()
         self.last: dict[str, float] = {}
-        self.client_times = np.zeros(0)  # the last round's, per plan position (for a timeline plot)
+        self.timeline: list[dict] = []  # the last round's clients (TIMELINE_COLUMNS), in plan order
         self.seconds = 0.0  # wall time spent in the simulation itself (benchmarks/bench_systems.py)
 
     def sample(self, rng: np.random.Generator, per_round: int) -> list[int]:
@@ -85,16 +102,21 @@ class RoundSimulator:
         started = time.perf_counter()
         clients = [result[0] for _, result in held]
         tasks = [plan.clients[position] for position, _ in held]
-        times = self.population.client_times([t.client_id for t in tasks], [c.download.nbytes for c in clients],
-                                             [c.upload.nbytes for c in clients],
-                                             [c.steps * self.batch_size for c in clients])
+        ids = [t.client_id for t in tasks]
+        segments = self.population.client_segments(ids, [c.download.nbytes for c in clients],
+                                                   [c.upload.nbytes for c in clients],
+                                                   [c.steps * self.batch_size for c in clients])
+        times = segments[:, 0] + segments[:, 1] + segments[:, 2] + segments[:, 3]  # = Population.client_times
         arrived = np.array([not t.lost for t in tasks], dtype=bool)
         accepted, duration = self.policy.select(times, arrived, per_round)
-        for task, ok, came in zip(tasks, accepted, arrived):
+        for task, ok in zip(tasks, accepted):
             task.lost = task.lost or not ok
         idle = duration - times[accepted]
-        self.client_times = times
+        status = ["aggregated" if ok else "straggler" if came else "dropped" for ok, came in zip(accepted, arrived)]
+        start = self.clock.now_s
         self.clock.now_s += duration
+        self.timeline = timeline_rows(plan.round, ids, [start] * len(ids), segments, [c.steps for c in clients],
+                                      status, self.clock.now_s)
         self.last = {"time/sim_s": self.clock.now_s, "time/sim_round_s": duration,
                      "sys/stragglers": float((arrived & ~accepted).sum()),
                      "sys/idle_s": float(idle.mean()) if len(idle) else 0.0,

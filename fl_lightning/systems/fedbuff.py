@@ -16,7 +16,9 @@ aggregation). ``--model.asynchronous fedbuff --model.asynchronous.buffer_size K
   does), with the staleness weight s(τ) = (1 + τ)^(−a) (default a = 1/2: 1/√(1+τ)); τ is the number of
   server steps since the client's start model.
 * One Lightning epoch is one server step (one logged row): ``time/sim_s`` is the simulated time of its
-  K-th arrival; ``sys/staleness_mean``/``_max`` the buffer's τ, ``sys/in_flight`` the clients in flight.
+  K-th arrival; ``sys/staleness_mean``/``_max`` the buffer's τ, ``sys/in_flight`` the clients in flight, ``sys/available``
+  the clients online. No client waits for others here, so there are no stragglers and no idle time to log:
+  slow clients show as staleness instead. timeline.csv has the step's K arrivals (start, segments, arrival).
 * Memory: the in-flight clients' uploads are held (at most C × d floats), not their start models; they
   go into the checkpoint with the queue, the clock, the launch and step counters (every draw is derived
   from the launch number, so no RNG state is needed): a resume is exact mid-run.
@@ -42,7 +44,7 @@ from fl_lightning.compression.codecs import Codec
 from fl_lightning.errors import ConfigError
 from fl_lightning.federation.contexts import ClientTask, RoundContext
 from fl_lightning.federation.seeding import Purpose, derive_seed
-from fl_lightning.systems.clock import VirtualClock
+from fl_lightning.systems.clock import VirtualClock, timeline_rows
 
 ASYNC_STREAM = 0xA5C  # derive_seed(ASYNC_STREAM, launch, ...): the launches' draws
 
@@ -99,6 +101,7 @@ class FedBuff:
         self.launched = 0  # launch counter: every launch's draws derive from it
         self.server_steps = 0
         self.last: dict[str, float] = {}
+        self.timeline: list[dict] = []  # the last step's arrivals (fl_lightning.systems.clock.TIMELINE_COLUMNS)
         self.seconds = 0.0  # wall time in the simulation itself (not the clients' training)
 
     # -- launches ---------------------------------------------------------------------------------
@@ -154,10 +157,11 @@ class FedBuff:
         received = ReceivedSums({"delta": loop.flat.numel}, loop.global_vector.device)
         loss = torch.zeros((), dtype=torch.float32)
         steps = torch.zeros((), dtype=torch.float32)
-        uploads, downloads, taus = [], [], []
+        uploads, downloads, taus, arrivals = [], [], [], []
         while len(taus) < self.options.buffer_size:
-            finish, _, _, start_step, weight, n_steps, loss_sum, down, up, parts = heapq.heappop(self.queue)
+            finish, _, client_id, start_step, weight, n_steps, loss_sum, down, up, parts = heapq.heappop(self.queue)
             self.clock.now_s = finish
+            arrivals.append((client_id, finish, n_steps, down, up))
             tau = self.server_steps - start_step
             scale = self.options.staleness(tau)
             payload = Payload([Part(channel, ranges, values if scale == 1.0 else values * scale)
@@ -173,10 +177,19 @@ class FedBuff:
         loop.server_update(step_idx, received)
         loop.flat.load(loop.global_vector)
         self.server_steps += 1
+        self.timeline = self._timeline(step_idx, arrivals)
         self.last = {"time/sim_s": self.clock.now_s, "time/sim_round_s": self.clock.now_s - started_s,
                      "sys/staleness_mean": float(np.mean(taus)), "sys/staleness_max": float(max(taus)),
-                     "sys/in_flight": float(len(self.queue))}
+                     "sys/in_flight": float(len(self.queue)),
+                     "sys/available": float(self.population.available(self.clock.now_s).sum())}
         return loss / steps
+
+    def _timeline(self, step_idx: int, arrivals: list[tuple]) -> list[dict]:
+        """The step's K arrivals as timeline rows: each started at its arrival minus its simulated time."""
+        ids, finish, steps, down, up = (list(column) for column in zip(*arrivals))
+        segments = self.population.client_segments(ids, down, up, [n * self.batch_size for n in steps])
+        starts = np.asarray(finish) - (segments[:, 0] + segments[:, 1] + segments[:, 2] + segments[:, 3])
+        return timeline_rows(step_idx, ids, starts, segments, steps, ["aggregated"] * len(ids), self.clock.now_s)
 
     def metrics(self) -> dict[str, float]:
         return dict(self.last) if self.last else {"time/sim_s": self.clock.now_s}

@@ -78,13 +78,18 @@ class Population:
         wait = cycle - np.mod(t + self.phase_s, cycle)  # offline clients: until their next "on" begins
         return float(t + wait.min())
 
-    def client_times(self, ids, download_bytes, upload_bytes, samples) -> np.ndarray:
-        """Simulated seconds for each client of a round: download bytes / downlink + samples / speed
-        + upload bytes / uplink + latency (the bytes are the loop's exact counts)."""
+    def client_segments(self, ids, download_bytes, upload_bytes, samples) -> np.ndarray:
+        """Each client's (download, compute, upload, latency) seconds, one row per client: download bytes /
+        downlink, samples / speed, upload bytes / uplink, latency (the bytes are the loop's exact counts)."""
         ids = np.asarray(ids, dtype=np.int64)
-        return (np.asarray(download_bytes, dtype=np.float64) / self.down_Bps[ids]
-                + np.asarray(samples, dtype=np.float64) / self.speed[ids]
-                + np.asarray(upload_bytes, dtype=np.float64) / self.up_Bps[ids] + self.latency_s[ids])
+        return np.stack([np.asarray(download_bytes, dtype=np.float64) / self.down_Bps[ids],
+                         np.asarray(samples, dtype=np.float64) / self.speed[ids],
+                         np.asarray(upload_bytes, dtype=np.float64) / self.up_Bps[ids], self.latency_s[ids]], axis=1)
+
+    def client_times(self, ids, download_bytes, upload_bytes, samples) -> np.ndarray:
+        """Simulated seconds for each client of a round: the sum of its ``client_segments``, in their order."""
+        segments = self.client_segments(ids, download_bytes, upload_bytes, samples)
+        return segments[:, 0] + segments[:, 1] + segments[:, 2] + segments[:, 3]
 
 
 def draw_profile(name: str, num_clients: int, seed: int, compute_scale: float = 1.0,
