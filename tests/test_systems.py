@@ -63,37 +63,6 @@ def test_client_time_is_bytes_over_bandwidth_plus_compute_plus_latency():
     assert segments.tolist() == [[1.0, 10.0, 1.0, 0.2], [1.0, 2.0, 3.0, 0.1]]  # download, compute, upload, latency
 
 
-def test_timeline_csv_has_each_client_of_each_round_and_its_plot_is_one_command(tmp_path):
-    speeds = [1000.0, 1000.0, 1000.0, 1000.0, 5.0, 5.0, 5.0, 5.0]
-    trace = write_trace(tmp_path / "t.csv", speeds)
-    module, data, _ = run(1, "probe", system=trace, clients_per_round=8)
-    times = expected_times(module, data, speeds, range(8))
-    deadline = float((times[:4].max() + times[4:].min()) / 2)
-    _, _, rows = run(2, "deadline", system=trace, clients_per_round=8,
-                     round_policy=RoundPolicy("deadline", deadline_s=deadline))
-    with open("runs/deadline/version_0/timeline.csv") as f:
-        timeline = list(csv.DictReader(f))
-    assert [int(r["round"]) for r in timeline] == [1] * 8 + [2] * 8
-    assert [int(r["client_id"]) for r in timeline[:8]] == list(range(8))
-    assert [r["status"] for r in timeline[:8]] == ["aggregated"] * 4 + ["straggler"] * 4
-    nbytes, bandwidth = module.flat.numel * 4, 10.0 * 1e6 / 8
-    for row, total in zip(timeline, np.concatenate([times, times])):
-        steps = int(row["steps"])
-        segments = [float(row[k]) for k in ("download_s", "compute_s", "upload_s", "latency_s")]
-        assert segments == pytest.approx([nbytes / bandwidth, steps * BATCH / speeds[int(row["client_id"])],
-                                          nbytes / bandwidth, 0.5])
-        assert float(row["end_s"]) - float(row["start_s"]) == pytest.approx(total)
-    assert {float(r["start_s"]) for r in timeline[8:]} == {float(rows[0]["time/sim_s"])}  # round 2 starts there
-    assert {float(r["round_end_s"]) for r in timeline[8:]} == {float(rows[1]["time/sim_s"])}
-
-    cli = [sys.executable, "-m", "fl_lightning.cli", "timeline", "runs/deadline/version_0"]
-    done = subprocess.run(cli + ["--round", "1"], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    assert (tmp_path / "runs/deadline/version_0/timeline_round_1.png").stat().st_size > 10_000
-    bad = subprocess.run(cli + ["--round", "7"], capture_output=True, text=True)
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "it has rounds 1..2" in bad.stderr
-
-
 def test_over_selection_aggregates_the_first_m_to_finish():
     policy = RoundPolicy("over_selection", beta=0.3)
     assert policy.num_sampled(10) == 13 and policy.num_sampled(3) == 4
@@ -136,18 +105,41 @@ def test_logged_sim_time_is_the_hand_computed_slowest_client(tmp_path):
     assert all(r["time/sim_s"] != "" for r in rows) and float(rows[0]["sys/stragglers"]) == 0
 
 
-def test_deadline_run_drops_the_clients_whose_time_exceeds_it(tmp_path):
+def test_deadline_run_drops_the_late_clients_and_its_timeline_has_each_client(tmp_path):
     speeds = [1000.0, 1000.0, 1000.0, 1000.0, 5.0, 5.0, 5.0, 5.0]
     trace = write_trace(tmp_path / "t.csv", speeds)
     module, data, rows = run(1, "probe", system=trace, clients_per_round=8)
     times = expected_times(module, data, speeds, range(8))
     deadline = float((times[:4].max() + times[4:].min()) / 2)
-    _, _, rows = run(1, "deadline", system=trace, clients_per_round=8,
+    _, _, rows = run(2, "deadline", system=trace, clients_per_round=8,
                      round_policy=RoundPolicy("deadline", deadline_s=deadline))
     late = int((times > deadline).sum())
     assert late == 4 and float(rows[0]["sys/stragglers"]) == late
     assert float(rows[0]["comm/clients_reported"]) == 8 - late
     assert float(rows[0]["time/sim_round_s"]) == pytest.approx(deadline)
+
+    # timeline.csv: each client of each round, its four segments by hand; fl-lightning timeline draws a round
+    with open("runs/deadline/version_0/timeline.csv") as f:
+        timeline = list(csv.DictReader(f))
+    assert [int(r["round"]) for r in timeline] == [1] * 8 + [2] * 8
+    assert [int(r["client_id"]) for r in timeline[:8]] == list(range(8))
+    assert [r["status"] for r in timeline[:8]] == ["aggregated"] * 4 + ["straggler"] * 4
+    nbytes, bandwidth = module.flat.numel * 4, 10.0 * 1e6 / 8
+    for row, total in zip(timeline, np.concatenate([times, times])):
+        steps = int(row["steps"])
+        segments = [float(row[k]) for k in ("download_s", "compute_s", "upload_s", "latency_s")]
+        assert segments == pytest.approx([nbytes / bandwidth, steps * BATCH / speeds[int(row["client_id"])],
+                                          nbytes / bandwidth, 0.5])
+        assert float(row["end_s"]) - float(row["start_s"]) == pytest.approx(total)
+    assert {float(r["start_s"]) for r in timeline[8:]} == {float(rows[0]["time/sim_s"])}  # round 2 starts there
+    assert {float(r["round_end_s"]) for r in timeline[8:]} == {float(rows[1]["time/sim_s"])}
+
+    cli = [sys.executable, "-m", "fl_lightning.cli", "timeline", "runs/deadline/version_0"]
+    done = subprocess.run(cli + ["--round", "1"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "runs/deadline/version_0/timeline_round_1.png").stat().st_size > 10_000
+    bad = subprocess.run(cli + ["--round", "7"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "it has rounds 1..2" in bad.stderr
 
 
 class StepsTaken(FLCallback):
