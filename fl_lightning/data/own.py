@@ -8,7 +8,6 @@ read from those arrays directly instead of sample by sample.
 """
 from __future__ import annotations
 
-import importlib
 import inspect
 from typing import Optional, Sequence
 
@@ -18,7 +17,7 @@ import torch
 from fl_lightning.data.image_datasets import image_split
 from fl_lightning.data.images import channel_stats, to_nchw_uint8
 from fl_lightning.data.split import DataOptions, DataSplit
-from fl_lightning.errors import ConfigError
+from fl_lightning.errors import ConfigError, imported
 
 
 def _as_tensor(x) -> torch.Tensor:
@@ -96,12 +95,7 @@ def split_from_datasets(train_dataset, test_dataset, opts: DataOptions, num_clas
 
 def dataset_class(path: str):
     """``torchvision.datasets.KMNIST``-style class path → the class, or a one-line error."""
-    module_name, _, class_name = path.rpartition(".")
-    try:
-        return getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError, ValueError):
-        raise ConfigError("data.dataset", f"cannot import {path!r}; give a built-in name or a class path such "
-                          "as torchvision.datasets.KMNIST") from None
+    return imported(path, "data.dataset", "torchvision.datasets.KMNIST (or a built-in name)")
 
 
 def load_by_class_path(path: str, opts: DataOptions, init_args: dict) -> DataSplit:

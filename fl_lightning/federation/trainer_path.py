@@ -7,7 +7,6 @@ streams, as on the fast path, so with no Trainer options of its own it trains to
 """
 from __future__ import annotations
 
-import importlib
 import logging
 from contextlib import contextmanager
 from typing import Optional
@@ -161,19 +160,14 @@ def needs_logger(callback) -> bool:
 
 def built(spec, field: str):
     """An object from ``{"class_path": "pkg.Class", "init_args": {...}}`` (anything else as it is)."""
-    from fl_lightning.errors import ConfigError
+    from fl_lightning.errors import ConfigError, imported
 
     if not isinstance(spec, dict):
         return spec
     path, init_args = spec.get("class_path"), spec.get("init_args") or {}
     if not isinstance(path, str) or set(spec) - {"class_path", "init_args"}:
         raise ConfigError(field, f"give each entry as {{class_path: pkg.Class, init_args: {{...}}}}, got {spec!r}")
-    module_name, _, name = path.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError, ValueError):
-        raise ConfigError(field, f"cannot import {path!r}; give a full class path such as "
-                          "pytorch_lightning.callbacks.LearningRateMonitor") from None
+    cls = imported(path, field, "pytorch_lightning.callbacks.LearningRateMonitor")
     try:
         return cls(**init_args)
     except TypeError as err:
