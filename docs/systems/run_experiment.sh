@@ -9,7 +9,8 @@
 #             as 100 rounds × 10); FedBCGD+ has per-client control variates: not run under FedBuff
 # CIFAR-10 LeNet-5 (configs/experiments/cifar10_lenet5.yaml) and the convex MNIST model (convex_mnist_logreg.yaml),
 # FedAvg, FedAvgM, FedBCGD, FedBCGD+, FedPAQ (FedAvg + QSGD), 3 seeds; two fits at a time, one thread each.
-# Scale (2 CPU cores): CIFAR-10 clients hold 100 images (not 500) and run 30 rounds / FedBuff server steps;
+# Scale (2 CPU cores): CIFAR-10 clients hold 100 images (not 500) and run 30 rounds / FedBuff server steps,
+# evaluated every 3;
 # the convex model runs 150 rounds for every algorithm (max_upload_d lifted so FedAvg is not stopped at 100 d).
 # CIFAR_ARGS / CONVEX_ARGS replace these (e.g. CIFAR_ARGS="" for the paper's clients and 100 rounds).
 # Usage (repository root): bash docs/systems/run_experiment.sh OUT [ROUNDS [SEEDS]]   (check the commands: OUT 1 0)
@@ -19,7 +20,7 @@ OUT=${1:-/tmp/exp32}
 ROUNDS=${2:-}
 SEEDS=${3:-0 1 2}
 FL=${FL:-.venv/bin/fl-lightning}
-CIFAR_ARGS=${CIFAR_ARGS-"--data.samples_per_client 100 --trainer.max_epochs 30"}
+CIFAR_ARGS=${CIFAR_ARGS-"--data.samples_per_client 100 --trainer.max_epochs 30 --trainer.check_val_every_n_epoch 3"}
 CONVEX_ARGS=${CONVEX_ARGS-"--trainer.max_epochs 150 --model.max_upload_d 1000"}
 for setting in cifar10_lenet5 convex_mnist_logreg; do
   D=60; S=$CIFAR_ARGS; [ $setting = convex_mnist_logreg ] && D=6 && S=$CONVEX_ARGS
