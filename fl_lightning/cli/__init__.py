@@ -6,6 +6,7 @@
     fl-lightning blocks --config X                                      (the model's block division)
     fl-lightning sweep --config X --grid key=a,b ... [--jobs J] [--print]  (a grid of fit runs: fl_lightning.runs.sweep)
     fl-lightning report RUNS... --target ACC [--out PREFIX]             (tables and plots: fl_lightning.runs.report)
+    fl-lightning flower-local --config X --nodes N [fit options]        (on Flower, loopback: fl_lightning.deploy.local)
 
 User mistakes surface as one line naming the field and the fix (exit code 2), checked
 before any run directory is created.
@@ -13,6 +14,7 @@ before any run directory is created.
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import os
 import sys
 from importlib import import_module
@@ -22,8 +24,8 @@ import yaml
 from fl_lightning.errors import ConfigError, FLUserError
 from fl_lightning.cli.options import check_option_names
 
-SUBCOMMANDS = ("fit", "validate", "test", "algorithms", "blocks", "sweep", "report", "privacy")
-HELP = """usage: fl-lightning {fit,validate,test,algorithms,blocks,sweep,report,privacy} [--config FILE] [--dotted.option VALUE ...]
+SUBCOMMANDS = ("fit", "validate", "test", "algorithms", "blocks", "sweep", "report", "privacy", "flower-local")
+HELP = """usage: fl-lightning {fit,validate,test,algorithms,blocks,sweep,report,privacy,flower-local} [--config FILE] [--dotted.option VALUE ...]
 
 Federated learning on PyTorch Lightning (FedAvg ... FedBCGD+); one epoch is one communication round.
 
@@ -39,6 +41,8 @@ subcommands:
   report      paper-style tables (Markdown, CSV, LaTeX) and a plot from runs: RUNS... --target 0.7 [--out PREFIX]
   privacy     client-level DP before training: --rounds R --cohort M --population K --epsilon 8 (→ noise
               multiplier) or --noise-multiplier Z (→ ε) [--delta D] (fl_lightning.privacy)
+  flower-local  fit on Flower on loopback: a SuperLink and --nodes N SuperNodes, then the run, then all stopped
+              (pip install 'fl-lightning[flower]'; docs/deployment.md)
 
 every option with its one-line meaning and the algorithms: fl-lightning fit --help
 every option with its value: fl-lightning fit --config FILE --print_config
@@ -92,6 +96,10 @@ def main(args=None) -> int:
         return 2
     try:
         check_config_files(command)
+        if command[:1] == ["flower-local"]:
+            if importlib.util.find_spec("flwr") is None:
+                raise FLUserError("flower-local needs Flower: pip install 'fl-lightning[flower]'")
+            return import_module("fl_lightning.deploy.local").main(command[1:])
         if command[:1] in (["sweep"], ["report"], ["algorithms"], ["privacy"]):  # imported on use: the others stay fast
             module = {"algorithms": "fl_lightning.algorithms.describe",
                       "privacy": "fl_lightning.privacy.calculator"}.get(command[0], f"fl_lightning.runs.{command[0]}")
