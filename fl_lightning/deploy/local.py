@@ -6,7 +6,9 @@ logs under ``<workdir>/flower_local/``. Insecure (no TLS): loopback only.
 """
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -108,27 +110,30 @@ class LocalFederation:
         shutil.rmtree(self.home, ignore_errors=True)
 
     def run(self, fit_args: list[str], join_timeout: float = 120.0, round_timeout: float = 600.0) -> int:
-        """``flwr run`` of the app with these fit options; the ServerApp's exit code."""
+        """``flwr run`` of the app with these fit options; the ServerApp's exit code. Several runs may go at once
+        (from threads): each has its own run config and result file."""
         app = os.path.join(self.home, "app")
-        write_app(app)
-        result = os.path.join(self.home, f"result-{time.monotonic_ns()}.json")
-        overrides = os.path.join(self.home, "run_config.toml")
+        if not os.path.exists(os.path.join(app, "pyproject.toml")):
+            write_app(app)
+        tag = f"{os.getpid()}-{time.monotonic_ns()}"
+        result, overrides = (os.path.join(self.home, f"{tag}-{name}") for name in ("result.json", "run_config.toml"))
         config_at = fit_args.index("--config") + 1
         with open(overrides, "wb") as f:
             tomli_w.dump({"config": os.path.abspath(fit_args[config_at]), "workdir": self.workdir,
-                          "args": subprocess.list2cmdline(fit_args[config_at + 1:]), "result-file": result,
-                          "join-timeout": float(join_timeout), "round-timeout": float(round_timeout)}, f)
-        with open(os.path.join(self.logs, "flwr_run.log"), "a") as log:
+                          "args": shlex.join(fit_args[:config_at - 1] + fit_args[config_at + 1:]),
+                          "result-file": result, "join-timeout": float(join_timeout),
+                          "round-timeout": float(round_timeout)}, f)
+        with open(os.path.join(self.logs, f"flwr_run-{tag}.log"), "w") as log:
             subprocess.run([tool("flwr"), "run", app, "local", "--stream", "--run-config", overrides], cwd=self.workdir,
                            env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, check=False)
         if not os.path.exists(result):
-            print(f"fl-lightning: error: the Flower run ended without a result; see {self.logs}/flwr_run.log",
-                  file=sys.stderr)
+            print(f"fl-lightning: error: the Flower run ended without a result; see {log.name}", file=sys.stderr)
             return 1
-        import json
-
         with open(result) as f:
-            return int(json.load(f)["code"])
+            outcome = json.load(f)
+        for line in outcome["lines"]:  # the run's summary, or its one-line error
+            print(line, file=sys.stderr if outcome["code"] else sys.stdout)
+        return int(outcome["code"])
 
     def __enter__(self) -> "LocalFederation":
         return self.start()

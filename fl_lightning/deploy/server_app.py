@@ -13,10 +13,12 @@ joined (fl_lightning.deploy.join, fl_lightning.deploy.remote). Run config (``flw
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import shlex
 import sys
+from contextlib import redirect_stderr, redirect_stdout
 from typing import Optional
 
 from flwr.serverapp import ServerApp
@@ -85,10 +87,27 @@ def serve(grid, fit_args: list[str], join_timeout: float, round_timeout: float) 
         remote.SERVING = None
 
 
-def _write_result(path: Optional[str], code: int) -> None:
+class Lines(io.TextIOBase):
+    """Passes a stream through and keeps its ``fl-lightning:`` lines (the run's summary or its one-line error),
+    which ``flower-local`` prints where the user started it."""
+
+    def __init__(self, stream, kept: list[str]):
+        self.stream, self.kept, self.partial = stream, kept, ""
+
+    def write(self, text: str) -> int:
+        self.partial += text
+        *lines, self.partial = self.partial.split("\n")
+        self.kept.extend(line for line in lines if line.startswith("fl-lightning:"))
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def _write_result(path: Optional[str], code: int, lines: list[str]) -> None:
     if path:
         with open(path + ".tmp", "w") as f:
-            json.dump({"code": code}, f)
+            json.dump({"code": code, "lines": lines}, f)
         os.replace(path + ".tmp", path)
 
 
@@ -98,5 +117,7 @@ def main(grid, context) -> None:
     if config.get("workdir"):
         os.chdir(str(config["workdir"]))
     args = ["--config", str(config["config"]), *shlex.split(str(config.get("args", "")))]
-    code = serve(grid, args, float(config.get("join-timeout", 120.0)), float(config.get("round-timeout", 600.0)))
-    _write_result(str(config.get("result-file", "")) or None, code)
+    lines: list[str] = []
+    with redirect_stdout(Lines(sys.stdout, lines)), redirect_stderr(Lines(sys.stderr, lines)):
+        code = serve(grid, args, float(config.get("join-timeout", 120.0)), float(config.get("round-timeout", 600.0)))
+    _write_result(str(config.get("result-file", "")) or None, code, lines)
