@@ -14,7 +14,7 @@ pytest.importorskip("flwr", reason="Flower is an extra: pip install '.[flower]' 
 from fl_lightning.cli import main  # noqa: E402
 from fl_lightning.deploy.local import LocalFederation  # noqa: E402
 
-NODES = 4
+NODES = 3
 CONFIG = """\
 seed_everything: 0
 trainer:
@@ -25,7 +25,7 @@ trainer:
     class_path: pytorch_lightning.loggers.CSVLogger
     init_args: {save_dir: runs, name: tiny}
 model:
-  clients_per_round: 4
+  clients_per_round: 3
   local_epochs: 1
   batch_size: 32
   lr: 0.1
@@ -34,7 +34,7 @@ model:
     init_args: {hidden: [32]}
 data:
   dataset: digits
-  num_clients: 4
+  num_clients: 3
   partition: dirichlet
   dirichlet_rho: 0.5
 """
@@ -77,7 +77,8 @@ def test_three_algorithms_on_flower_equal_the_simulation(federation, monkeypatch
         in_messages = sum(int(r["sent_message_bytes"]) + int(r["received_message_bytes"]) for r in sent)
         counted = sum(int(r["counted_download_bytes"]) + int(r["counted_upload_bytes"]) for r in sent)
         assert counted == int(float(deployed[-1]["comm/upload_bytes"]) + float(deployed[-1]["comm/download_bytes"]))
-        ratio = in_messages / counted
-        print(f"{algorithm}: bytes in Flower's messages / counted bytes = {ratio:.3f}; seconds per round "
+        per_message = (in_messages - counted) / (2 * len(sent))  # zip archive entries per tensor, the plan, headers
+        print(f"{algorithm}: bytes in Flower's messages / counted bytes = {in_messages / counted:.3f} "
+              f"({per_message:.0f} bytes more per message); seconds per round "
               f"{sum(float(r['round_trip_s']) for r in sent[::NODES]) / 3:.2f}")
-        assert 1.0 < ratio < 1.6
+        assert 0 < per_message < 8192

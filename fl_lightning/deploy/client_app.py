@@ -1,8 +1,10 @@
 """The Flower ClientApp (issue 34): ``fl_lightning.deploy.client_app:app``.
 
 It answers two message types: ``query`` (join a run: the node checks its partition and data against the
-run's config) and ``train`` (one client's round). Each is forwarded over a local socket to the node's warm
-worker (fl_lightning.deploy.worker), started on the first message. The SuperNode's node config says what
+run's config) and ``train`` (one client's round). Under Flower's default ``--isolation subprocess`` (a new
+``flwr-clientapp`` process per message) each is forwarded over a local socket to the node's warm worker
+(fl_lightning.deploy.worker), started on the first message; under ``--isolation process`` that worker runs
+this app itself (fl_lightning.deploy.executor), which saves the process start of every message. The SuperNode's node config says what
 the node holds and where it keeps its clients' state:
 
     flower-supernode ... --node-config 'partition-id=0 state-dir="node0" threads=1 config="my.yaml"'
@@ -24,6 +26,7 @@ from flwr.clientapp import ClientApp
 from fl_lightning.deploy import framing, messages
 
 START_TIMEOUT_S = 300.0
+IN_PROCESS = None  # the node's worker when it runs this app itself (--isolation process: fl_lightning.deploy.executor)
 app = ClientApp()
 
 
@@ -75,9 +78,12 @@ def forward(message, context, kind: str):
     except ValueError as err:
         return messages.reply(message, error=str(err))
     data, _ = messages.body(message)
-    with _connect(settings) as conn:
-        framing.send(conn, {"kind": kind}, data)
-        header, body = framing.receive(conn)
+    if IN_PROCESS is not None:
+        header, body = IN_PROCESS.handle(settings, {"kind": kind}, data)
+    else:
+        with _connect(settings) as conn:
+            framing.send(conn, {"kind": kind}, data)
+            header, body = framing.receive(conn)
     if header.get("error"):
         return messages.reply(message, error=header["error"])
     return messages.reply(message, body)

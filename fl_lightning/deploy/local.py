@@ -23,7 +23,7 @@ import tomli_w
 from fl_lightning.deploy.project import write_app
 from fl_lightning.errors import ConfigError
 
-POLL_ENV = {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.05"}  # Flower's default polls for new tasks every 1 s
+POLL_ENV = {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.2"}  # the SuperLink starts ServerApps; Flower polls every 1 s
 
 
 def free_port() -> int:
@@ -53,8 +53,9 @@ def wait_for_port(port: int, process: subprocess.Popen, log: str, timeout: float
 class LocalFederation:
     """A SuperLink and SuperNodes on loopback, as a user starts them (README, docs/deployment.md)."""
 
-    def __init__(self, nodes: int, workdir: str, threads: Optional[int] = None, logs: Optional[str] = None):
-        self.nodes, self.workdir, self.threads = nodes, os.path.abspath(workdir), threads
+    def __init__(self, nodes: int, workdir: str, threads: Optional[int] = None, logs: Optional[str] = None,
+                 isolation: str = "process"):
+        self.nodes, self.workdir, self.threads, self.isolation = nodes, os.path.abspath(workdir), threads, isolation
         self.logs = logs or os.path.join(self.workdir, "flower_local")
         self.home = tempfile.mkdtemp(prefix="fl-flwr-home-")  # FLWR_HOME: the connection, installed app bundles
         self.env = {**os.environ, "FLWR_HOME": self.home, **POLL_ENV,  # Flower starts its helpers by name
@@ -74,10 +75,16 @@ class LocalFederation:
         state = os.path.join(self.logs, f"node{partition}")
         return f'partition-id={partition} state-dir="{state}"' + (f" threads={self.threads}" if self.threads else "")
 
-    def start_node(self, partition: int) -> subprocess.Popen:
-        return self._start(f"supernode{partition}", [
-            tool("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{self.port}", "--port", str(free_port()),
-            "--node-config", self.node_config(partition)])
+    def start_node(self, partition: int) -> None:
+        """A SuperNode; with ``isolation="process"`` (default) beside it the node's worker, which runs its
+        ClientApp tasks in one warm process (fl_lightning.deploy.executor), else Flower starts a process per message."""
+        runtime = free_port()
+        self._start(f"supernode{partition}", [
+            tool("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{self.port}", "--port", str(runtime),
+            "--isolation", self.isolation, "--node-config", self.node_config(partition)])
+        if self.isolation == "process":
+            self._start(f"worker{partition}", [sys.executable, "-m", "fl_lightning.deploy.worker",
+                                               "--runtime-api-address", f"127.0.0.1:{runtime}"])
 
     def start(self) -> "LocalFederation":
         self._start("superlink", [tool("flower-superlink"), "--insecure", "--disable-runtime-dependency-installation",
@@ -91,7 +98,9 @@ class LocalFederation:
         return self
 
     def stop_node(self, partition: int, sig: int = signal.SIGKILL) -> None:
+        """As if the node's machine went down: its SuperNode and its worker."""
         self._stop(f"supernode{partition}", sig)
+        self._stop(f"worker{partition}", sig)
 
     def _stop(self, name: str, sig: int = signal.SIGTERM) -> None:
         process = self.processes.pop(name, None)

@@ -10,7 +10,7 @@ from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
 RECORD, KEY, ERROR = "fl", "bytes", "error"
-POLL_S = 0.05
+POLL_S = 0.1
 
 
 def make(node_id: int, message_type: str, data: bytes) -> Message:

@@ -8,6 +8,8 @@ process, which it starts on the node's first message. It lives as long as the Su
 SuperNode's process) and logs each join and round to ``<state dir>/node.log``.
 
     python -m fl_lightning.deploy.worker --state-dir DIR --partition-id N [--threads T] [--config FILE] --watch-pid P
+    python -m fl_lightning.deploy.worker --runtime-api-address HOST:PORT     (beside flower-supernode --isolation
+                                                                               process: fl_lightning.deploy.executor)
 """
 from __future__ import annotations
 
@@ -24,6 +26,23 @@ from fl_lightning.deploy import framing, wire
 from fl_lightning.deploy.node import NodeSession, build
 from fl_lightning.errors import FLUserError
 from fl_lightning.runs.identity import run_id
+
+
+class Workers:
+    """In ``--isolation process``: the workers of the node's state directories, made on first use."""
+
+    def __init__(self):
+        self.workers: dict[str, Worker] = {}
+
+    def handle(self, settings: dict, header: dict, body: bytes) -> tuple[dict, bytes]:
+        worker = self.workers.get(settings["state_dir"])
+        if worker is None:
+            os.makedirs(settings["state_dir"], exist_ok=True)
+            if settings["threads"]:
+                torch.set_num_threads(int(settings["threads"]))
+            worker = self.workers[settings["state_dir"]] = Worker(settings["state_dir"], settings["partition"],
+                                                                  settings["config"])
+        return worker.handle(header, body)
 
 
 class Worker:
@@ -88,12 +107,21 @@ def alive(pid: int) -> bool:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fl_lightning.deploy.worker")
-    parser.add_argument("--state-dir", required=True)
-    parser.add_argument("--partition-id", type=int, required=True)
+    parser.add_argument("--runtime-api-address", default=None)
+    parser.add_argument("--state-dir")
+    parser.add_argument("--partition-id", type=int)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--config", default=None)
-    parser.add_argument("--watch-pid", type=int, required=True)
+    parser.add_argument("--watch-pid", type=int)
     args = parser.parse_args(argv)
+    if args.runtime_api_address:
+        from fl_lightning.deploy import client_app, executor
+
+        client_app.IN_PROCESS = Workers()
+        log(f"worker {os.getpid()} takes the ClientApp tasks of the SuperNode at {args.runtime_api_address}")
+        executor.serve(args.runtime_api_address)
+        log("SuperNode gone: worker stops")
+        return 0
     if args.threads:
         torch.set_num_threads(args.threads)
     worker = Worker(args.state_dir, args.partition_id, args.config)
