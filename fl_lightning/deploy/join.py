@@ -31,32 +31,29 @@ def mismatch(node: dict, server: dict) -> Optional[str]:
 class Membership:
     """partition id → node id of the nodes that joined this run."""
 
-    def __init__(self, grid, run_id: str, config_yaml: str, summary: dict, fresh: bool, reply_timeout: float):
-        self.grid, self.run_id, self.summary, self.reply_timeout = grid, run_id, summary, reply_timeout
+    def __init__(self, grid, run_id: str, config_yaml: str, summary: dict, fresh: bool):
+        self.grid, self.run_id, self.summary = grid, run_id, summary
         self.request = wire.to_bytes({"run_id": run_id, "config": config_yaml, "fresh": fresh})
         self.node_of: dict[int, int] = {}
         self.asked: set[int] = set()
+        self.pending: dict[str, int] = {}  # join message id → node id, not answered yet
 
     def refresh(self, strict: bool) -> list[str]:
-        """Asks the nodes that connected since; returns their problems (raises the first if ``strict``)."""
+        """Asks the nodes that connected since and takes the answers that came (without waiting for the rest);
+        returns the problems (raises the first if ``strict``). A node Flower reports unreachable is left out."""
         new = [node for node in self.grid.get_node_ids() if node not in self.asked]
-        if not new:
-            return []
-        self.asked.update(new)
-        ids, replies = messages.exchange(self.grid, [messages.make(n, JOIN, self.request) for n in new],
-                                         self.reply_timeout)
+        if new:
+            self.asked.update(new)
+            ids = self.grid.push_messages([messages.make(n, JOIN, self.request) for n in new])
+            self.pending.update(zip(ids, new))
         problems = []
-        for node, message_id in zip(new, ids):
-            if message_id not in replies:
-                self.asked.discard(node)  # ask again next time
+        for reply in self.grid.pull_messages(list(self.pending)) if self.pending else []:
+            node = self.pending.pop(reply.metadata.reply_to_message_id, None)
+            if node is None or reply.has_error():  # e.g. a node that went down before it answered
                 continue
-            data, error = messages.body(replies[message_id])
+            data, error = messages.body(reply)
             answer = wire.from_bytes(data) if error is None else None
-            error = error or mismatch(answer, self.summary)
-            if error is None and answer["run_id"] != self.run_id:
-                error = (f"SuperNode with partition-id {answer['partition_id']}: its config is run {answer['run_id']}, "
-                         f"the server's is run {self.run_id}; start it with the server's config (or none: it then "
-                         "takes the server's)")
+            error = error or self.problem(answer)
             if error is not None:
                 if strict:
                     raise FLUserError(error)
@@ -64,6 +61,14 @@ class Membership:
                 continue
             self.node_of[answer["partition_id"]] = node
         return problems
+
+    def problem(self, answer: dict) -> Optional[str]:
+        """The one line for a node that cannot take part in this run, else None."""
+        if answer["run_id"] != self.run_id:
+            return (f"SuperNode with partition-id {answer['partition_id']}: its config is run {answer['run_id']}, the "
+                    f"server's is run {self.run_id}; start it with the server's config (or none: it then takes the "
+                    "server's)")
+        return mismatch(answer, self.summary)
 
     def wait_for(self, num_clients: int, timeout: float) -> None:
         """Until a node holds each of the partitions 0..M-1 (a problem stops the run with one line)."""

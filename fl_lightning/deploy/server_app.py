@@ -74,7 +74,7 @@ def serve(grid, fit_args: list[str], join_timeout: float, round_timeout: float) 
         check_deployable(cli)
         summary = data_summary(cli)
         membership = Membership(grid, run_id(cli.config.as_dict()), cli.parser.dump(cli.config), summary,
-                                fresh=not resume, reply_timeout=join_timeout)
+                                fresh=not resume)
         membership.wait_for(summary["num_clients"], join_timeout)
     except FLUserError as err:
         print(f"fl-lightning: error: {err}", file=sys.stderr, flush=True)
