@@ -7,6 +7,7 @@ equal. The data is scikit-learn's digits (embedded: no download). CI time: ~80 s
 import csv
 import glob
 import os
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -98,3 +99,60 @@ def test_three_algorithms_on_flower_equal_the_simulation(federation, monkeypatch
               f"({per_message:.0f} bytes more per message); seconds per round "
               f"{sum(float(r['round_trip_s']) for r in sent[::NODES]) / 3:.2f}")
         assert 0 < per_message < 8192
+
+
+def test_a_node_outside_the_config_answers_one_line_and_keeps_nothing(tmp_path):
+    """A SuperNode started with a partition id the config does not have: its answer to the join is the one line
+    the server prints before anything is written (exit code 2), and the node keeps nothing of that run."""
+    from fl_lightning.deploy import wire
+    from fl_lightning.deploy.node import build
+    from fl_lightning.deploy.worker import Worker
+    from fl_lightning.runs.identity import run_id
+
+    (tmp_path / "server.yaml").write_text(CONFIG)
+    server = build(str(tmp_path / "server.yaml"))
+    request = {"run_id": run_id(server.config.as_dict()), "config": server.parser.dump(server.config), "fresh": True}
+    header, body = Worker(str(tmp_path / "node"), 3, None).handle({"kind": "join"}, wire.to_bytes(request))
+    assert header == {"error": "partition-id: 3 is outside this run's clients 0..2 (data.num_clients 3); start the "
+                               "SuperNode with --node-config 'partition-id=N' for 0 ≤ N < 3"} and body == b""
+    assert os.listdir(tmp_path / "node") == []
+
+
+def test_a_node_with_another_config_or_other_data_is_named_in_one_line(tmp_path):
+    """The node's own config must be the server's run (its run id), its data the run's shape and classes."""
+    from fl_lightning.deploy.join import Membership, mismatch
+    from fl_lightning.deploy.node import build, data_summary
+    from fl_lightning.deploy.worker import Worker
+    from fl_lightning.runs.identity import run_id
+
+    (tmp_path / "server.yaml").write_text(CONFIG)
+    (tmp_path / "node.yaml").write_text(CONFIG.replace("lr: 0.1", "lr: 0.2"))
+    server = build(str(tmp_path / "server.yaml"))
+    request = {"run_id": run_id(server.config.as_dict()), "config": server.parser.dump(server.config), "fresh": True}
+    membership = Membership(None, request["run_id"], request["config"], data_summary(server), fresh=True)
+    answer = Worker(str(tmp_path / "node"), 1, str(tmp_path / "node.yaml")).join(request)
+    assert membership.problem(answer) == (
+        f"SuperNode with partition-id 1: its config is run {answer['run_id']}, the server's is run "
+        f"{request['run_id']}; start it with the server's config (or none: it then takes the server's)")
+    same = Worker(str(tmp_path / "node_same"), 1, str(tmp_path / "server.yaml")).join(request)
+    assert membership.problem(same) is None
+    assert mismatch({**same, "shape": [28, 28]}, membership.summary) == (
+        "SuperNode with partition-id 1: its samples have shape (28, 28), the run's network takes (1, 8, 8); give the "
+        "node data of the configured data set")
+    assert mismatch({**same, "max_label": 10}, membership.summary).startswith(
+        "SuperNode with partition-id 1: its data has 10 classes (largest label 10), the run has 10")
+
+
+def test_flower_commands_without_flower_say_what_to_install(tmp_path, monkeypatch, capsys):
+    (tmp_path / "tiny.yaml").write_text(CONFIG)
+    monkeypatch.setitem(sys.modules, "flwr", None)  # as if Flower were not installed
+    assert main(["flower-local", "--config", "tiny.yaml", "--nodes", "3"]) == 2
+    assert capsys.readouterr().err == "fl-lightning: error: flower-local needs Flower: pip install " \
+                                      "'fl-lightning[flower]'\n"
+
+
+def test_flower_local_refuses_a_bad_node_count_in_one_line(tmp_path, capsys):
+    (tmp_path / "tiny.yaml").write_text(CONFIG)
+    assert main(["flower-local", "--config", "tiny.yaml", "--nodes", "0"]) == 2
+    assert capsys.readouterr().err == "fl-lightning: error: --nodes: must be an integer ≥ 1 (one SuperNode per " \
+                                      "client), got '0'\n"

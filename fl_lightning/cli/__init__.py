@@ -14,7 +14,6 @@ before any run directory is created.
 from __future__ import annotations
 
 import difflib
-import importlib.util
 import os
 import sys
 from importlib import import_module
@@ -97,8 +96,10 @@ def main(args=None) -> int:
     try:
         check_config_files(command)
         if command[:1] == ["flower-local"]:
-            if importlib.util.find_spec("flwr") is None:
-                raise FLUserError("flower-local needs Flower: pip install 'fl-lightning[flower]'")
+            try:
+                import_module("flwr")
+            except ImportError:
+                raise FLUserError("flower-local needs Flower: pip install 'fl-lightning[flower]'") from None
             return import_module("fl_lightning.deploy.local").main(command[1:])
         if command[:1] in (["sweep"], ["report"], ["algorithms"], ["privacy"]):  # imported on use: the others stay fast
             module = {"algorithms": "fl_lightning.algorithms.describe",

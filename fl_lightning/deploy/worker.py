@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import socket
 import sys
 import time
@@ -57,10 +58,16 @@ class Worker:
 
     def join(self, request: dict) -> dict:
         directory = self._directory(request["run_id"])
+        new = not os.path.isdir(directory)
         os.makedirs(directory, exist_ok=True)
         with open(os.path.join(directory, "config.yaml"), "w") as f:
             f.write(request["config"])
-        session = NodeSession(directory, self.partition_id, fresh=request["fresh"])
+        try:
+            session = NodeSession(directory, self.partition_id, fresh=request["fresh"])
+        except FLUserError:
+            if new:  # nothing of a run this node cannot take part in stays on its disk
+                shutil.rmtree(directory)
+            raise
         self.sessions[request["run_id"]] = session
         own = run_id(build(self.own_config).config.as_dict()) if self.own_config else session.run_id
         log(f"joined run {request['run_id']} as partition {self.partition_id} ({'fresh' if request['fresh'] else 'resumed'})")
