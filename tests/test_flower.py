@@ -156,3 +156,4 @@ def test_flower_local_refuses_a_bad_node_count_in_one_line(tmp_path, capsys):
     assert main(["flower-local", "--config", "tiny.yaml", "--nodes", "0"]) == 2
     assert capsys.readouterr().err == "fl-lightning: error: --nodes: must be an integer ≥ 1 (one SuperNode per " \
                                       "client), got '0'\n"
+

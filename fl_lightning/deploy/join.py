@@ -33,7 +33,7 @@ class Membership:
 
     def __init__(self, grid, run_id: str, config_yaml: str, summary: dict, fresh: bool):
         self.grid, self.run_id, self.summary = grid, run_id, summary
-        self.request = wire.to_bytes({"run_id": run_id, "config": config_yaml, "fresh": fresh})
+        self.config_yaml, self.fresh = config_yaml, fresh  # fresh: a new run (not one resumed from a checkpoint)
         self.node_of: dict[int, int] = {}
         self.asked: set[int] = set()
         self.pending: dict[str, int] = {}  # join message id → node id, not answered yet
@@ -44,7 +44,8 @@ class Membership:
         new = [node for node in self.grid.get_node_ids() if node not in self.asked]
         if new:
             self.asked.update(new)
-            ids = self.grid.push_messages([messages.make(n, JOIN, self.request) for n in new])
+            request = wire.to_bytes({"run_id": self.run_id, "config": self.config_yaml, "fresh": self.fresh})
+            ids = self.grid.push_messages([messages.make(n, JOIN, request) for n in new])
             self.pending.update(zip(ids, new))
         problems = []
         for reply in self.grid.pull_messages(list(self.pending)) if self.pending else []:
@@ -78,6 +79,7 @@ class Membership:
             if len(self.node_of) < num_clients:
                 time.sleep(0.2)
         missing = sorted(set(range(num_clients)) - set(self.node_of))
+        self.fresh = False  # a node that joins from now on (a restart) goes on with the state on its disk
         if missing:
             raise FLUserError(f"no SuperNode holds partition(s) {missing} after {timeout:.0f} s (data.num_clients "
                               f"{num_clients}); start one per partition: flower-supernode ... --node-config "
