@@ -152,7 +152,7 @@ class LocalFederation:
 
 
 def main(args: list[str]) -> int:
-    """``flower-local``: --nodes N (default: data.num_clients... must be given), the rest are fit's options."""
+    """``flower-local --config X --nodes N [fit options]``: the exit code (130 on Ctrl-C)."""
     nodes, rest, i = None, [], 0
     while i < len(args):
         word = args[i]
