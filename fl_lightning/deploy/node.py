@@ -5,10 +5,12 @@ started with its own ``config`` must have the same run id), exactly as a simulat
 same data set, the same partitioner (partition i is the simulation's client i), the same network, local
 optimizer and algorithm hooks. ``train`` runs the task the server planned with the same
 ``LocalTrainer.run_client`` as the simulation, so its numbers are the simulation's. The hooks that the
-simulation runs once an upload arrived (``on_client_reported``: commit c_i, codec residuals) run here,
-right after training when the client reports; what they derive for the server (``add_sum``) goes back in
-the reply. The client-state store lives in ``<state dir>/<run id>/client_state`` and its slot table in
-``store.pt`` next to it, so a node that restarts goes on with its clients' c_i.
+simulation runs once an upload arrived (``on_client_reported``: c_i, codec residuals) run here, right
+after training; what they derive for the server (``add_sum``) goes back in the reply. Their rows are
+committed only once the server says it aggregated that upload (the next task's ``aggregated_round``), so a
+reply lost on the way leaves the client's state as it was, as a dropped client's in a simulation. The
+client-state store lives in ``<state dir>/<run id>/client_state`` and its slot table, with the rows waiting
+for that word, in ``store.pt`` next to it, so a node that restarts goes on with its clients' state.
 """
 from __future__ import annotations
 
@@ -90,19 +92,33 @@ class NodeSession:
         self.trainer = LocalTrainer(module.flat, local, module.local_loss, self.clients, config, self.callbacks,
                                     module.global_vector, nullcontext)
         self.store = ClientStateStore(num_clients, os.path.join(directory, "client_state"))
+        self.pending: Optional[dict] = None  # {"round", "rows": {table: [slot, tag]}}: written, not yet committed
         saved = os.path.join(directory, STORE_FILE)
         if fresh:
             self.store.start_fresh()
             if os.path.exists(saved):
                 os.remove(saved)
         elif os.path.exists(saved):
-            self.store.load_state_dict(torch.load(saved, weights_only=True))
+            state = torch.load(saved, weights_only=True)
+            self.store.load_state_dict(state["store"])
+            self.pending = state["pending"]
 
     def _persist(self) -> None:
-        """The slot table, atomically (the rows were written with pwrite and are synced by ``state_dict``)."""
+        """The slot table and the pending rows, atomically (rows are pwritten and synced by ``state_dict``)."""
         path = os.path.join(self.directory, STORE_FILE)
-        torch.save(self.store.state_dict(), path + ".tmp")
+        torch.save({"store": self.store.state_dict(), "pending": self.pending}, path + ".tmp")
         os.replace(path + ".tmp", path)
+
+    def _settle(self, aggregated_round: int) -> None:
+        """Commits the rows of the last upload if the server aggregated it, else drops them."""
+        if self.pending is None:
+            return
+        if self.pending["round"] == aggregated_round:
+            for name, (slot, tag) in self.pending["rows"].items():
+                table = self.store.tables[name]
+                table.slot_of[self.partition_id], table.tag_of[self.partition_id] = slot, tag
+        self.pending = None
+        self._persist()
 
     def plan(self, request: dict) -> RoundContext:
         """The round as the server planned it: the same context, the hooks' own set-up for it, then every
@@ -131,6 +147,7 @@ class NodeSession:
         if task.client_id != self.partition_id:
             raise ConfigError("partition-id", f"the server sent client {task.client_id}'s task to the node holding "
                               f"partition {self.partition_id}")
+        self._settle(request["aggregated_round"])
         self.store.begin_round(plan.round, [task.client_id])
         client, loss_sum, logs = self.trainer.run_client(task, plan)
         derived = DerivedSums()
@@ -138,10 +155,11 @@ class NodeSession:
         if reported:
             client.received = derived
             call_hook(self.callbacks, "on_client_reported", client)
-        written = self.store.written()
-        self.store.end_round({name: [task.client_id] for name, clients in written.items()
-                              if reported and task.client_id in clients})
-        if reported and written:
+        rows = {name: list(table.staged[task.client_id]) for name, table in self.store.tables.items()
+                if reported and task.client_id in table.written}
+        self.store.end_round({})  # committed when the server says it aggregated this upload (``_settle``)
+        if rows:
+            self.pending = {"round": plan.round, "rows": rows}
             self._persist()
         return {"upload": wire.payload_record(client.upload), "download_bytes": client.download.nbytes,
                 "loss_sum": loss_sum.detach().cpu(), "steps": client.steps, "weight": float(client.weight),

@@ -45,11 +45,13 @@ class RemoteClients:
         self.membership, self.round_timeout = membership, round_timeout
         self.loop = None
         self.rows: list[dict] = []
+        self.aggregated: dict[int, int] = {}  # client → the last round whose upload was aggregated (its node commits)
 
     def _request(self, plan: RoundContext, position: int) -> bytes:
         loop = self.loop
         return wire.to_bytes({"run_id": self.membership.run_id, "round": plan.round, "lr": plan.lr,
                               "plan": [wire.task_record(t) for t in plan.clients], "position": position,
+                              "aggregated_round": self.aggregated.get(plan.clients[position].client_id, -1),
                               "global_vector": loop.global_vector.detach().cpu(),
                               "callback_states": [cb.state_dict() for cb in loop.callbacks]})
 
@@ -106,6 +108,7 @@ class RemoteClients:
 
     def reported(self, client: ClientContext) -> None:
         """The node's ``on_client_reported`` derived these sums; added here, in plan order."""
+        self.aggregated[client.client_id] = client.round
         for channel, values in client.scratch.get(self, []):
             client.received.add_sum(channel, values.to(client.received.device))
 
@@ -114,13 +117,24 @@ SERVING: Optional[RemoteClients] = None  # set by the ServerApp (fl_lightning.de
 
 
 class FlowerClients(pl.Callback):
-    """Puts the fit's clients on the SuperNodes that joined (``SERVING``) and writes ``flower.csv``."""
+    """Puts the fit's clients on the SuperNodes that joined (``SERVING``) and writes ``flower.csv``; its
+    checkpointed state is which round of each client was aggregated, for the nodes' commits after a resume."""
+
+    def __init__(self):
+        self.restored: dict[int, int] = {}
+
+    def state_dict(self) -> dict:
+        return {"aggregated": {str(k): v for k, v in (SERVING.aggregated if SERVING else {}).items()}}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.restored = {int(k): int(v) for k, v in state_dict.get("aggregated", {}).items()}
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         if SERVING is None:
             raise RuntimeError("FlowerClients runs inside the Flower ServerApp (fl_lightning.deploy.server_app)")
         if pl_module.loop.elsewhere is None:
             SERVING.loop = pl_module.loop
+            SERVING.aggregated.update(self.restored)
             pl_module.loop.elsewhere = SERVING
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
