@@ -54,8 +54,11 @@ class LocalFederation:
     """A SuperLink and SuperNodes on loopback, as a user starts them (README, docs/deployment.md)."""
 
     def __init__(self, nodes: int, workdir: str, threads: Optional[int] = None, logs: Optional[str] = None,
-                 isolation: str = "process"):
+                 isolation: str = "process", tls: Optional[dict] = None):
+        """``tls``: {"ca", "cert", "key"} PEM files for the SuperLink's HTTPS (the nodes and ``flwr`` check it
+        against "ca"); None: insecure, loopback only."""
         self.nodes, self.workdir, self.threads, self.isolation = nodes, os.path.abspath(workdir), threads, isolation
+        self.tls = tls
         self.logs = logs or os.path.join(self.workdir, "flower_local")
         self.home = tempfile.mkdtemp(prefix="fl-flwr-home-")  # FLWR_HOME: the connection, installed app bundles
         self.env = {**os.environ, "FLWR_HOME": self.home, **POLL_ENV,  # Flower starts its helpers by name
@@ -80,19 +83,22 @@ class LocalFederation:
         ClientApp tasks in one warm process (fl_lightning.deploy.executor), else Flower starts a process per message."""
         runtime = free_port()
         self._start(f"supernode{partition}", [
-            tool("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{self.port}", "--port", str(runtime),
+            tool("flower-supernode"), *(["--root-certificates", self.tls["ca"]] if self.tls else ["--insecure"]),
+            "--superlink", f"127.0.0.1:{self.port}", "--port", str(runtime),
             "--isolation", self.isolation, "--node-config", self.node_config(partition)])
         if self.isolation == "process":
             self._start(f"worker{partition}", [sys.executable, "-m", "fl_lightning.deploy.worker",
                                                "--runtime-api-address", f"127.0.0.1:{runtime}"])
 
     def start(self) -> "LocalFederation":
-        self._start("superlink", [tool("flower-superlink"), "--insecure", "--disable-runtime-dependency-installation",
+        security = (["--ssl-certfile", self.tls["cert"], "--ssl-keyfile", self.tls["key"], "--ssl-ca-certfile",
+                     self.tls["ca"]] if self.tls else ["--insecure"])
+        self._start("superlink", [tool("flower-superlink"), *security, "--disable-runtime-dependency-installation",
                                   "--host", "127.0.0.1", "--port", str(self.port)])
         wait_for_port(self.port, self.processes["superlink"], os.path.join(self.logs, "superlink.log"))
         with open(os.path.join(self.home, "config.toml"), "w") as f:
             f.write(f'[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = "127.0.0.1:{self.port}"\n'
-                    "insecure = true\n")
+                    + (f'root-certificates = "{self.tls["ca"]}"\n' if self.tls else "insecure = true\n"))
         for partition in range(self.nodes):
             self.start_node(partition)
         return self
