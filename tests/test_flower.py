@@ -1,9 +1,8 @@
 """Issue 34: the same algorithms deployed on Flower — a SuperLink and one SuperNode per client started as a user
 starts them (real processes on free loopback ports, no Ray), three runs (FedAvg, FedBCGD, SCAFFOLD) against
 them at once, each compared with ``fl-lightning fit`` of the same config: the same arithmetic, so every
-metric but the wall times is equal, bit for bit. SCAFFOLD stops after 2 rounds, a node is killed (its
-c_i stays on its disk) and restarted, and the run resumes from the server's checkpoint for round 3: still
-equal. The data is scikit-learn's digits (embedded: no download). CI time: ~80 s on 2 cores."""
+metric but the wall times is equal, bit for bit. The data is scikit-learn's digits (embedded: no download).
+CI time: ~70 s on 2 cores. A node restarted mid-run, a node killed mid-round and TLS: tests/test_flower_faults.py."""
 import csv
 import glob
 import os
@@ -74,21 +73,16 @@ def same(got: dict, want: dict, stopped: bool) -> bool:
 
 def test_three_algorithms_on_flower_equal_the_simulation(federation, monkeypatch):
     monkeypatch.chdir(federation.workdir)
-    stop_early = {"scaffold": ["--trainer.max_epochs", "2"]}
     with ThreadPoolExecutor(len(ALGORITHMS)) as pool:  # three Flower runs at once on the same nodes
-        runs = [pool.submit(federation.run, options(federation, a, f"flower_{a}") + stop_early.get(a, []))
-                for a in ALGORITHMS]
+        runs = [pool.submit(federation.run, options(federation, a, f"flower_{a}")) for a in ALGORITHMS]
         for algorithm in ALGORITHMS:  # meanwhile (the Flower runs mostly wait), the simulations
             assert main(["fit", *options(federation, algorithm, f"sim_{algorithm}")]) == 0
         assert [run.result() for run in runs] == [0] * len(ALGORITHMS)
-    federation.stop_node(0)  # node 0's machine goes down between rounds 2 and 3 (its c_0 stays on its disk)
-    federation.start_node(0)  # and comes back
-    assert federation.run(options(federation, "scaffold", "flower_scaffold") + ["--ckpt_path", "last"]) == 0
     for algorithm in ALGORITHMS:
         deployed, simulated = rows(f"flower_{algorithm}"), rows(f"sim_{algorithm}")
         assert len(deployed) == len(simulated) == 3
         for number, (got, want) in enumerate(zip(deployed, simulated), start=1):
-            assert same(got, want, stopped=algorithm in stop_early and number == 2), (algorithm, number, got, want)
+            assert same(got, want, stopped=False), (algorithm, number, got, want)
         sent = rows(f"flower_{algorithm}", "flower.csv")
         assert len(sent) == 3 * NODES and all(r["reported"] == "1" for r in sent)
         in_messages = sum(int(r["sent_message_bytes"]) + int(r["received_message_bytes"]) for r in sent)

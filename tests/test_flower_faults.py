@@ -1,6 +1,8 @@
 """Issue 34, beyond CI's time for the Flower tests (tests/test_flower.py), run when FL_FLOWER_FAULTS=1 is set:
-a SuperNode killed during a run (~60 s on 2 shared cores), and a run over TLS with certificates made here
-(~45 s). Each starts its own federation."""
+SCAFFOLD stopped after 2 rounds, a node killed (its c_i stays on its disk) and restarted, the run resumed
+from the server's checkpoint — still equal to ``fit`` bit for bit (~60 s on 2 shared cores); a SuperNode
+killed during a run (~60 s); a run over TLS with certificates made here (~45 s). Each starts its own
+federation."""
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -9,11 +11,30 @@ import pytest
 
 pytest.importorskip("flwr", reason="Flower is an extra: pip install '.[flower]' (make test installs it)")
 if os.environ.get("FL_FLOWER_FAULTS") != "1":
-    pytest.skip("set FL_FLOWER_FAULTS=1 for a SuperNode killed mid-run and a run over TLS (~2 min)",
+    pytest.skip("set FL_FLOWER_FAULTS=1 for node restarts and kills and a run over TLS (~3 min)",
                 allow_module_level=True)
 
+from fl_lightning.cli import main  # noqa: E402
 from fl_lightning.deploy.local import LocalFederation  # noqa: E402
-from test_flower import CONFIG, NODES, options, rows  # noqa: E402
+from test_flower import CONFIG, NODES, options, rows, same  # noqa: E402
+
+
+def test_a_node_restarted_between_rounds_and_a_resumed_server_change_no_number(tmp_path, monkeypatch):
+    """SCAFFOLD's c_i live on the nodes: node 0 goes down after round 2 and comes back; the server resumes
+    from its checkpoint (``--ckpt_path last``) for round 3; every metric equals an uninterrupted ``fit``'s."""
+    (tmp_path / "tiny.yaml").write_text(CONFIG)
+    monkeypatch.chdir(tmp_path)
+    with LocalFederation(NODES, str(tmp_path), threads=1) as federation:
+        flower = options(federation, "scaffold", "flower")
+        assert federation.run(flower + ["--trainer.max_epochs", "2"]) == 0
+        federation.stop_node(0)  # its c_0 stays on its disk
+        federation.start_node(0)
+        assert federation.run(flower + ["--ckpt_path", "last"]) == 0
+    assert main(["fit", *options(federation, "scaffold", "sim")]) == 0
+    deployed, simulated = rows("flower"), rows("sim")
+    assert len(deployed) == len(simulated) == 3
+    for number, (got, want) in enumerate(zip(deployed, simulated), start=1):
+        assert same(got, want, stopped=number == 2), (number, got, want)
 
 
 def test_a_killed_node_is_a_client_that_did_not_report_and_rejoins(tmp_path, monkeypatch):
