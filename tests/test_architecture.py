@@ -1,6 +1,8 @@
 """The package's shape (issue 29): no import cycles among its modules (imports inside functions
 included), no module over ~400 lines, and at most about ten top-level modules."""
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,3 +64,29 @@ def test_files_stay_small_and_the_top_level_is_short():
     assert not [f"{p.relative_to(ROOT)}: {n}" for p, n in sizes.items() if n > 420]
     top_level = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(top_level) <= 10, top_level
+
+
+def test_the_simulation_never_imports_flower():
+    """Issue 34: Flower is an optional extra; only fl_lightning.deploy imports it. ``import fl_lightning``
+    and a whole ``fit`` (one round of the quickstart's data) run without it, in a fresh process."""
+    outside = [name for name, path in modules().items() if not name.startswith("fl_lightning.deploy")
+               and any(alias.startswith("flwr") for alias in imported_names(path))]
+    assert not outside
+    script = ("import sys, fl_lightning\n"
+              "from fl_lightning.cli import main\n"
+              "assert main(['fit', '--config', sys.argv[1], '--trainer.max_epochs', '1', '--data.num_clients', '4',"
+              " '--model.clients_per_round', '2', '--trainer.enable_progress_bar', 'false', '--threads', '1']) == 0\n"
+              "assert not [m for m in sys.modules if m.split('.')[0] == 'flwr'], 'flwr imported'\n")
+    done = subprocess.run([sys.executable, "-c", script, str(ROOT / "configs" / "quickstart.yaml")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def imported_names(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names.add(node.module or "")
+    return names

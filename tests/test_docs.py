@@ -40,7 +40,7 @@ def commands() -> list[tuple[str, list[str], str]]:
         for block in re.findall(r"```(?:bash|sh)\n(.*?)```", page.read_text(), re.S):
             lines = block.replace("\\\n", " ").splitlines()
             for number, line in enumerate(lines):
-                match = re.search(r"(?:^|\s)fl-lightning (\w+)(.*)", line.strip())
+                match = re.search(r"(?:^|\s)fl-lightning ([\w-]+)(.*)", line.strip())
                 if match and not line.strip().startswith("#"):
                     words = shlex.split(match.group(2).split(" # ")[0].split("   #")[0])
                     after = lines[number + 1].strip() if number + 1 < len(lines) else ""
@@ -89,6 +89,10 @@ def test_a_documented_command_parses(shown, args, error, monkeypatch, capsys, wa
         assert main([*args, "--print"]) == 0, shown
         assert "fl-lightning fit" in capsys.readouterr().out
         return
+    if args[0] == "flower-local":  # starts processes: its options are fit's, and --nodes N (docs/deployment.md)
+        nodes = args.index("--nodes")
+        assert args[nodes + 1].isdigit(), shown
+        args = ["fit", *args[1:nodes], *args[nodes + 2:]]
     assert args[0] in ("fit", "validate", "test", "blocks", "algorithms", "privacy"), shown
     if args[0] in ("algorithms", "privacy"):  # quick answers: run them
         assert main(args) == 0, f"{shown}: {capsys.readouterr().err[-500:]}"

@@ -7,6 +7,7 @@
     fl-lightning sweep --config X --grid key=a,b ... [--jobs J] [--print]  (a grid of fit runs: fl_lightning.runs.sweep)
     fl-lightning report RUNS... --target ACC [--out PREFIX]             (tables and plots: fl_lightning.runs.report)
     fl-lightning timeline RUN [--round R]                               (one simulated round: fl_lightning.runs.timeline)
+    fl-lightning flower-local --config X --nodes N [fit options]        (on Flower, loopback: fl_lightning.deploy.local)
 
 User mistakes surface as one line naming the field and the fix (exit code 2), checked
 before any run directory is created.
@@ -23,8 +24,9 @@ import yaml
 from fl_lightning.errors import ConfigError, FLUserError
 from fl_lightning.cli.options import check_option_names
 
-SUBCOMMANDS = ("fit", "validate", "test", "algorithms", "blocks", "sweep", "report", "privacy", "timeline")
-HELP = """usage: fl-lightning {fit,validate,test,algorithms,blocks,sweep,report,privacy,timeline} [--config FILE] [--dotted.option VALUE ...]
+SUBCOMMANDS = ("fit", "validate", "test", "algorithms", "blocks", "sweep", "report", "privacy", "timeline",
+               "flower-local")
+HELP = """usage: fl-lightning {fit,validate,test,algorithms,blocks,sweep,report,privacy,timeline,flower-local} [--config FILE] [--dotted.option VALUE ...]
 
 Federated learning on PyTorch Lightning (FedAvg ... FedBCGD+); one epoch is one communication round.
 
@@ -42,6 +44,8 @@ subcommands:
               the simulated clock (RUN [--round R]; from the run folder's timeline.csv)
   privacy     client-level DP before training: --rounds R --cohort M --population K --epsilon 8 (→ noise
               multiplier) or --noise-multiplier Z (→ ε) [--delta D] (fl_lightning.privacy)
+  flower-local  fit on Flower on loopback: a SuperLink and --nodes N SuperNodes, then the run, then all stopped
+              (pip install 'fl-lightning[flower]'; docs/deployment.md)
 
 every option with its one-line meaning and the algorithms: fl-lightning fit --help
 every option with its value: fl-lightning fit --config FILE --print_config
@@ -95,6 +99,12 @@ def main(args=None) -> int:
         return 2
     try:
         check_config_files(command)
+        if command[:1] == ["flower-local"]:
+            try:
+                import_module("flwr")
+            except ImportError:
+                raise FLUserError("flower-local needs Flower: pip install 'fl-lightning[flower]'") from None
+            return import_module("fl_lightning.deploy.local").main(command[1:])
         if command[:1] in (["sweep"], ["report"], ["algorithms"], ["privacy"], ["timeline"]):  # imported on use: the others stay fast
             module = {"algorithms": "fl_lightning.algorithms.describe",
                       "privacy": "fl_lightning.privacy.calculator"}.get(command[0], f"fl_lightning.runs.{command[0]}")

@@ -117,6 +117,7 @@ class FederatedLoop:
                                           forward_context)
         self.train_logs = train_logs  # where the network's own self.log calls go, in plan order
         self.pool: Optional[ClientPool] = None
+        self.elsewhere = None  # issue 34: clients that train on other machines (fl_lightning.deploy.remote)
         unsafe = [type(cb).__name__ for cb in self.callbacks if not cb.thread_safe]
         if config.parallel_clients > 1 and unsafe:
             rank_zero_warn(f"{', '.join(unsafe)} declares thread_safe = False: clients train one at a time "
@@ -185,7 +186,7 @@ class FederatedLoop:
                 received.position = position
                 received.add(client.upload, delta_weight=client.weight)
                 client.received = received
-                self._call("on_client_reported", client)
+                self.client_reported(client)
                 tally.add_loss(position, loss_sum, client.steps)
             tally.upload_bytes[position] = 0 if task.pooled or task.lost else client.upload.nbytes
             tally.download_bytes[position] = 0 if task.pooled else client.download.nbytes
@@ -214,8 +215,19 @@ class FederatedLoop:
             rank_zero_warn(f"round {round_idx + 1}: none of the {sampled} sampled clients reported; the global "
                            "model and the algorithm's state are unchanged this round")
 
+    def client_reported(self, client) -> None:
+        """The client's upload arrived: ``on_client_reported``. Clients elsewhere ran it where they keep their
+        state; what it derived for the server arrives with the upload."""
+        if self.elsewhere is not None:
+            self.elsewhere.reported(client)
+        else:
+            self._call("on_client_reported", client)
+
     def trained_clients(self, positions: list[int], plan: RoundContext) -> Iterator[tuple[int, tuple]]:
         """(position, (client, loss sum, logs)) for each of this rank's clients, in plan order."""
+        if self.elsewhere is not None:
+            yield from self.elsewhere.run(positions, plan)
+            return
         if self.pool is not None:
             yield from self.pool.run(positions, plan)
             return

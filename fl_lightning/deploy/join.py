@@ -1,0 +1,86 @@
+"""Which SuperNode holds which partition, checked before any run file is written (issue 34, item 5).
+
+Every node that connects is asked once (a ``query`` message carrying the run's resolved config and run
+id); it answers with its partition id and its data's shape and classes, or with one line saying what is
+wrong (a partition id outside the config, its own config a different run). A node that restarts joins
+again under a new node id and takes its partition back.
+"""
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+from fl_lightning.deploy import messages, wire
+from fl_lightning.errors import FLUserError
+
+JOIN = "query"
+
+
+def mismatch(node: dict, server: dict) -> Optional[str]:
+    """The one line for a node whose data cannot train this run's network, else None."""
+    where = f"SuperNode with partition-id {node['partition_id']}"
+    if node["shape"] != server["shape"]:
+        return (f"{where}: its samples have shape {tuple(node['shape'])}, the run's network takes "
+                f"{tuple(server['shape'])}; give the node data of the configured data set")
+    if node["num_classes"] != server["num_classes"] or node["max_label"] >= server["num_classes"]:
+        return (f"{where}: its data has {node['num_classes']} classes (largest label {node['max_label']}), the run "
+                f"has {server['num_classes']}; give the node data of the configured data set")
+    return None
+
+
+class Membership:
+    """partition id → node id of the nodes that joined this run."""
+
+    def __init__(self, grid, run_id: str, config_yaml: str, summary: dict, fresh: bool):
+        self.grid, self.run_id, self.summary = grid, run_id, summary
+        self.config_yaml, self.fresh = config_yaml, fresh  # fresh: a new run (not one resumed from a checkpoint)
+        self.node_of: dict[int, int] = {}
+        self.asked: set[int] = set()
+        self.pending: dict[str, int] = {}  # join message id → node id, not answered yet
+
+    def refresh(self, strict: bool) -> list[str]:
+        """Asks the nodes that connected since and takes the answers that came (without waiting for the rest);
+        returns the problems (raises the first if ``strict``). A node Flower reports unreachable is left out."""
+        new = [node for node in self.grid.get_node_ids() if node not in self.asked]
+        if new:
+            self.asked.update(new)
+            request = wire.to_bytes({"run_id": self.run_id, "config": self.config_yaml, "fresh": self.fresh})
+            ids = self.grid.push_messages([messages.make(n, JOIN, request) for n in new])
+            self.pending.update(zip(ids, new))
+        problems = []
+        for reply in self.grid.pull_messages(list(self.pending)) if self.pending else []:
+            node = self.pending.pop(reply.metadata.reply_to_message_id, None)
+            if node is None or reply.has_error():  # e.g. a node that went down before it answered
+                continue
+            data, error = messages.body(reply)
+            answer = wire.from_bytes(data) if error is None else None
+            error = error or self.problem(answer)
+            if error is not None:
+                if strict:
+                    raise FLUserError(error)
+                problems.append(error)
+                continue
+            self.node_of[answer["partition_id"]] = node
+        return problems
+
+    def problem(self, answer: dict) -> Optional[str]:
+        """The one line for a node that cannot take part in this run, else None."""
+        if answer["run_id"] != self.run_id:
+            return (f"SuperNode with partition-id {answer['partition_id']}: its config is run {answer['run_id']}, the "
+                    f"server's is run {self.run_id}; start it with the server's config (or none: it then takes the "
+                    "server's)")
+        return mismatch(answer, self.summary)
+
+    def wait_for(self, num_clients: int, timeout: float) -> None:
+        """Until a node holds each of the partitions 0..M-1 (a problem stops the run with one line)."""
+        deadline = time.monotonic() + timeout
+        while len(self.node_of) < num_clients and time.monotonic() < deadline:
+            self.refresh(strict=True)
+            if len(self.node_of) < num_clients:
+                time.sleep(0.2)
+        missing = sorted(set(range(num_clients)) - set(self.node_of))
+        self.fresh = False  # a node that joins from now on (a restart) goes on with the state on its disk
+        if missing:
+            raise FLUserError(f"no SuperNode holds partition(s) {missing} after {timeout:.0f} s (data.num_clients "
+                              f"{num_clients}); start one per partition: flower-supernode ... --node-config "
+                              f"'partition-id=N' (or raise join-timeout)")

@@ -1,0 +1,167 @@
+"""A SuperNode's side of one run (issue 34): its partition, the working model, its clients' state on its disk.
+
+A ``NodeSession`` is built from the run's configuration (the server's resolved config; a node that was
+started with its own ``config`` must have the same run id), exactly as a simulation builds its clients: the
+same data set, the same partitioner (partition i is the simulation's client i), the same network, local
+optimizer and algorithm hooks. ``train`` runs the task the server planned with the same
+``LocalTrainer.run_client`` as the simulation, so its numbers are the simulation's. The hooks that the
+simulation runs once an upload arrived (``on_client_reported``: c_i, codec residuals) run here, right
+after training; what they derive for the server (``add_sum``) goes back in the reply. Their rows are
+committed only once the server says it aggregated that upload (the next task's ``aggregated_round``), so a
+reply lost on the way leaves the client's state as it was, as a dropped client's in a simulation. The
+client-state store lives in ``<state dir>/<run id>/client_state`` and its slot table, with the rows waiting
+for that word, in ``store.pt`` next to it, so a node that restarts goes on with its clients' state.
+"""
+from __future__ import annotations
+
+import os
+import time
+from contextlib import nullcontext
+from typing import Optional
+
+import torch
+
+from fl_lightning.callbacks.base import FLCallback
+from fl_lightning.cli.lightning_cli import FederatedCLI
+from fl_lightning.deploy import wire
+from fl_lightning.errors import ConfigError
+from fl_lightning.federation.client_state import ClientStateStore
+from fl_lightning.federation.contexts import RoundContext
+from fl_lightning.federation.local_training import LocalConfig, LocalTrainer, call_hook
+from fl_lightning.federation.memory_format import set_channels_last
+from fl_lightning.runs.identity import run_id
+
+STORE_FILE = "store.pt"
+
+
+class DerivedSums:
+    """Stands in for the server's sums in the node's ``on_client_reported``: records each ``add_sum``,
+    which the server adds in plan order (fl_lightning.deploy.remote)."""
+
+    def __init__(self):
+        self.records: list[tuple[str, torch.Tensor]] = []
+
+    def add_sum(self, channel: str, values: torch.Tensor) -> None:
+        self.records.append((channel, values.detach().to("cpu").reshape(-1).clone()))
+
+
+def build(config_path: str, overrides: Optional[list[str]] = None) -> FederatedCLI:
+    """The run's objects from its config, without fitting (as ``fl-lightning blocks`` builds them)."""
+    return FederatedCLI(args=["--config", config_path, *(overrides or [])], run=False)
+
+
+def data_summary(cli: FederatedCLI, client: Optional[int] = None) -> dict:
+    """Input shape and classes of the data (of one client's partition if given): checked between node and server."""
+    data = cli.datamodule
+    data.setup("fit")
+    x, y = data.clients.of(client) if client is not None else (data.clients.x, data.clients.y)
+    return {"shape": list(x.shape[1:]), "num_classes": int(data.num_classes), "max_label": int(y.max()) if len(y) else -1,
+            "num_clients": len(data.clients)}
+
+
+class NodeSession:
+    """Trains partition ``partition_id`` of the run configured in ``<directory>/config.yaml``.
+
+    Args:
+        directory: this run's folder on the node (config.yaml, client_state/, store.pt, node.log's lines).
+        fresh: a new run: the client state a previous run of the same config left is removed.
+    """
+
+    def __init__(self, directory: str, partition_id: int, fresh: bool):
+        self.directory, self.partition_id = directory, partition_id
+        cli = build(os.path.join(directory, "config.yaml"))
+        self.run_id = run_id(cli.config.as_dict())
+        self.summary = data_summary(cli, None)
+        num_clients = self.summary["num_clients"]
+        if not 0 <= partition_id < num_clients:
+            raise ConfigError("partition-id", f"{partition_id} is outside this run's clients 0..{num_clients - 1} "
+                              f"(data.num_clients {num_clients}); start the SuperNode with --node-config "
+                              f"'partition-id=N' for 0 ≤ N < {num_clients}")
+        self.summary.update(data_summary(cli, partition_id), num_clients=num_clients)
+        module, data = cli.model, cli.datamodule
+        hp = module.hparams
+        set_channels_last(module.net, hp.channels_last if hp.channels_last is not None else
+                          any(isinstance(m, torch.nn.Conv2d) for m in module.net.modules()))
+        module.net.train()
+        (_, local), _ = module.configure_optimizers()
+        self.module, self.optimizer, self.clients = module, local, data.clients
+        self.callbacks = [cb for cb in module.configure_callbacks() if isinstance(cb, FLCallback)]
+        grad_clip = hp.grad_clip if hp.grad_clip is not None else module.algorithm.default_grad_clip()
+        config = LocalConfig(hp.clients_per_round, hp.local_epochs, hp.batch_size, hp.weighted_aggregation, grad_clip,
+                             hp.client_dropout, 1, module.local_trainer)
+        self.trainer = LocalTrainer(module.flat, local, module.local_loss, self.clients, config, self.callbacks,
+                                    module.global_vector, nullcontext)
+        self.store = ClientStateStore(num_clients, os.path.join(directory, "client_state"))
+        self.pending: Optional[dict] = None  # {"round", "rows": {table: [slot, tag]}}: written, not yet committed
+        saved = os.path.join(directory, STORE_FILE)
+        if fresh:
+            self.store.start_fresh()
+            if os.path.exists(saved):
+                os.remove(saved)
+        elif os.path.exists(saved):
+            state = torch.load(saved, weights_only=True)
+            self.store.load_state_dict(state["store"])
+            self.pending = state["pending"]
+
+    def _persist(self) -> None:
+        """The slot table and the pending rows, atomically (rows are pwritten and synced by ``state_dict``)."""
+        path = os.path.join(self.directory, STORE_FILE)
+        torch.save({"store": self.store.state_dict(), "pending": self.pending}, path + ".tmp")
+        os.replace(path + ".tmp", path)
+
+    def _settle(self, aggregated_round: int) -> None:
+        """Commits the rows of the last upload if the server aggregated it, else drops them."""
+        if self.pending is None:
+            return
+        if self.pending["round"] == aggregated_round:
+            for name, (slot, tag) in self.pending["rows"].items():
+                table = self.store.tables[name]
+                table.slot_of[self.partition_id], table.tag_of[self.partition_id] = slot, tag
+        self.pending = None
+        self._persist()
+
+    def plan(self, request: dict) -> RoundContext:
+        """The round as the server planned it: the same context, the hooks' own set-up for it, then every
+        client's task exactly as the server's hooks left it."""
+        flat, records = self.module.flat, request["plan"]
+        tasks = [wire.task_from(r) for r in records]
+        plan = RoundContext(request["round"], request["lr"], tasks, {"delta": flat.numel, "control": flat.num_params},
+                            len(self.clients), flat.num_params, flat.numel, self.module.blocks, self.store, flat.device,
+                            self.clients.offsets[-1], tuple(flat.segments))
+        call_hook(self.callbacks, "configure_round", plan)
+        for task, record in zip(plan.clients, records):
+            for name, value in vars(wire.task_from(record)).items():
+                setattr(task, name, value)
+        return plan
+
+    def train(self, request: dict) -> dict:
+        """One client's round: the reply to the server (fl_lightning.deploy.wire)."""
+        started = time.perf_counter()
+        self.module.global_vector.copy_(request["global_vector"])
+        for callback, state in zip(self.callbacks, request["callback_states"]):
+            if state:
+                callback.load_state_dict(state)
+        self.optimizer.param_groups[0]["lr"] = request["lr"]
+        plan = self.plan(request)
+        task = plan.clients[request["position"]]
+        if task.client_id != self.partition_id:
+            raise ConfigError("partition-id", f"the server sent client {task.client_id}'s task to the node holding "
+                              f"partition {self.partition_id}")
+        self._settle(request["aggregated_round"])
+        self.store.begin_round(plan.round, [task.client_id])
+        client, loss_sum, logs = self.trainer.run_client(task, plan)
+        derived = DerivedSums()
+        reported = not task.lost and client.upload.is_finite()
+        if reported:
+            client.received = derived
+            call_hook(self.callbacks, "on_client_reported", client)
+        rows = {name: list(table.staged[task.client_id]) for name, table in self.store.tables.items()
+                if reported and task.client_id in table.written}
+        self.store.end_round({})  # committed when the server says it aggregated this upload (``_settle``)
+        if rows:
+            self.pending = {"round": plan.round, "rows": rows}
+            self._persist()
+        return {"upload": wire.payload_record(client.upload), "download_bytes": client.download.nbytes,
+                "loss_sum": loss_sum.detach().cpu(), "steps": client.steps, "weight": float(client.weight),
+                "logs": [[name, value] for name, value in logs.entries], "sums": [list(r) for r in derived.records],
+                "seconds": time.perf_counter() - started}

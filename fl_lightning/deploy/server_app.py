@@ -1,0 +1,123 @@
+"""The Flower ServerApp (issue 34): ``fl_lightning.deploy.server_app:app``.
+
+It runs ``fl-lightning fit`` of the run config's ``config`` (and ``args``) as usual — the same run id, run
+folder, metrics.csv, checkpoints and ``--ckpt_path last`` resume — with the clients on the SuperNodes that
+joined (fl_lightning.deploy.join, fl_lightning.deploy.remote). Run config (``flwr run ... --run-config``):
+
+    config        the fl-lightning YAML (relative to workdir)
+    args          more fit options, as on the command line ("--model.algorithm scaffold --threads 1")
+    workdir       the directory the fit runs in (its runs/ folder); default: the ServerApp's
+    join-timeout  seconds to wait for a node per partition (default 120)
+    round-timeout seconds a round waits for its nodes; later replies count as not reported (default 600)
+    result-file   where to write {"code", "error"} when done (``fl-lightning flower-local`` reads it)
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import shlex
+import sys
+from contextlib import redirect_stderr, redirect_stdout
+from typing import Optional
+
+from flwr.serverapp import ServerApp
+
+from fl_lightning.errors import ConfigError, FLUserError
+
+app = ServerApp()
+CALLBACK = "--trainer.callbacks+=fl_lightning.deploy.remote.FlowerClients"
+
+
+def _without_fit_only(args: list[str]) -> tuple[list[str], bool]:
+    """The options a config-only build takes (``--ckpt_path`` is fit's), and whether the fit resumes."""
+    out, resume, skip = [], False, False
+    for word in args:
+        if skip:
+            skip, resume = False, resume or word != "null"
+            continue
+        if word == "--ckpt_path":
+            skip = True
+        elif word.startswith("--ckpt_path="):
+            resume = resume or word.split("=", 1)[1] != "null"
+        else:
+            out.append(word)
+    return out, resume
+
+
+def check_deployable(cli) -> None:
+    """What the deployment does not run (yet): one line each, before anything is written."""
+    model = cli.model
+    if model.system is not None:
+        raise ConfigError("model.system", "simulated devices are for simulation; on Flower the nodes are real: unset it")
+    if model.privacy is not None:
+        raise ConfigError("model.privacy", "client-level DP is not deployable on Flower yet; unset it")
+    if cli.trainer.world_size > 1:
+        raise ConfigError("trainer.devices", "the Flower server runs one process; set trainer.devices 1")
+    if type(model.codec).__name__ == "PowerSGD":
+        raise ConfigError("model.compression", "PowerSGD's messages are not deployable on Flower yet; use topk, "
+                          "randk or qsgd")
+
+
+def serve(grid, fit_args: list[str], join_timeout: float, round_timeout: float) -> int:
+    """Joins the nodes, then runs the fit with them; the exit code (2: one line on stderr, nothing written)."""
+    from fl_lightning.cli import check_config_files, main as fit, thread_option
+    from fl_lightning.deploy import remote
+    from fl_lightning.deploy.join import Membership
+    from fl_lightning.deploy.node import build, data_summary
+    from fl_lightning.runs.identity import run_id
+
+    try:
+        check_config_files(fit_args)
+        options, resume = _without_fit_only(thread_option(["fit", *fit_args])[1:])
+        cli = build(options[options.index("--config") + 1], options[options.index("--config") + 2:])
+        check_deployable(cli)
+        summary = data_summary(cli)
+        membership = Membership(grid, run_id(cli.config.as_dict()), cli.parser.dump(cli.config), summary,
+                                fresh=not resume)
+        membership.wait_for(summary["num_clients"], join_timeout)
+    except FLUserError as err:
+        print(f"fl-lightning: error: {err}", file=sys.stderr, flush=True)
+        return 2
+    print(f"fl-lightning: {len(membership.node_of)} SuperNodes joined run {membership.run_id}", flush=True)
+    remote.SERVING = remote.RemoteClients(membership, round_timeout)
+    try:
+        return fit(["fit", *fit_args, CALLBACK])
+    finally:
+        remote.SERVING = None
+
+
+class Lines(io.TextIOBase):
+    """Passes a stream through and keeps its ``fl-lightning:`` lines (the run's summary or its one-line error),
+    which ``flower-local`` prints where the user started it."""
+
+    def __init__(self, stream, kept: list[str]):
+        self.stream, self.kept, self.partial = stream, kept, ""
+
+    def write(self, text: str) -> int:
+        self.partial += text
+        *lines, self.partial = self.partial.split("\n")
+        self.kept.extend(line for line in lines if line.startswith("fl-lightning:"))
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def _write_result(path: Optional[str], code: int, lines: list[str]) -> None:
+    if path:
+        with open(path + ".tmp", "w") as f:
+            json.dump({"code": code, "lines": lines}, f)
+        os.replace(path + ".tmp", path)
+
+
+@app.main()
+def main(grid, context) -> None:
+    config = dict(context.run_config)
+    if config.get("workdir"):
+        os.chdir(str(config["workdir"]))
+    args = ["--config", str(config["config"]), *shlex.split(str(config.get("args", "")))]
+    lines: list[str] = []
+    with redirect_stdout(Lines(sys.stdout, lines)), redirect_stderr(Lines(sys.stderr, lines)):
+        code = serve(grid, args, float(config.get("join-timeout", 120.0)), float(config.get("round-timeout", 600.0)))
+    _write_result(str(config.get("result-file", "")) or None, code, lines)
