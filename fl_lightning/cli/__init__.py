@@ -22,7 +22,7 @@ from importlib import import_module
 import yaml
 
 from fl_lightning.errors import ConfigError, FLUserError
-from fl_lightning.cli.options import check_option_names
+from fl_lightning.cli.options import check_option_names, pop_count
 
 SUBCOMMANDS = ("fit", "validate", "test", "algorithms", "blocks", "sweep", "report", "privacy", "timeline",
                "flower-local")
@@ -71,19 +71,11 @@ def check_config_files(command: list[str]) -> None:
 
 def thread_option(command: list[str]) -> list[str]:
     """``fit --threads N`` → the ``fl_lightning.federation.threads.Threads`` trainer callback (recorded in config.yaml)."""
-    out, i = [], 0
-    while i < len(command):
-        word = command[i]
-        if word == "--threads" or word.startswith("--threads="):
-            value = word.split("=", 1)[1] if "=" in word else (command[i + 1] if i + 1 < len(command) else "")
-            i += 1 if "=" in word else 2
-            if not value.isdigit() or int(value) < 1:
-                raise ConfigError("--threads", f"must be an integer ≥ 1, got {value!r}")
-            out += ["--trainer.callbacks+=fl_lightning.federation.threads.Threads", "--trainer.callbacks.threads", value]
-            continue
-        out.append(word)
-        i += 1
-    return out
+    threads, rest = pop_count(command, "--threads")
+    if threads is None:
+        return rest
+    return rest + ["--trainer.callbacks+=fl_lightning.federation.threads.Threads", "--trainer.callbacks.threads",
+                   str(threads)]
 
 
 def main(args=None) -> int:

@@ -75,3 +75,21 @@ def check_option_names(command: list[str]) -> None:
         close = difflib.get_close_matches(parts[1], known[parts[0]], n=1)
         hint = f"did you mean --{parts[0]}.{close[0]}? " if close else ""
         raise ConfigError(f"--{parts[0]}.{parts[1]}", f"no such option; {hint}(every option: fl-lightning fit --help)")
+
+
+def pop_count(command: list[str], option: str, meaning: str = "") -> tuple[Optional[int], list[str]]:
+    """``--option N`` or ``--option=N`` taken out of ``command``: (N, the other words); (None, command) without it.
+    N must be an integer ≥ 1 (else one line naming the option; ``meaning`` says what N counts)."""
+    value, rest, i = None, [], 0
+    while i < len(command):
+        word = command[i]
+        if word == option or word.startswith(option + "="):
+            text = word.split("=", 1)[1] if "=" in word else (command[i + 1] if i + 1 < len(command) else "")
+            i += 1 if "=" in word else 2
+            if not text.isdigit() or int(text) < 1:
+                raise ConfigError(option, f"must be an integer ≥ 1{meaning}, got {text!r}")
+            value = int(text)
+            continue
+        rest.append(word)
+        i += 1
+    return value, rest

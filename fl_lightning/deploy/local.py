@@ -20,6 +20,7 @@ from typing import Optional
 
 import tomli_w
 
+from fl_lightning.cli.options import pop_count
 from fl_lightning.deploy.project import write_app
 from fl_lightning.errors import ConfigError
 
@@ -159,18 +160,7 @@ class LocalFederation:
 
 def main(args: list[str]) -> int:
     """``flower-local --config X --nodes N [fit options]``: the exit code (130 on Ctrl-C)."""
-    nodes, rest, i = None, [], 0
-    while i < len(args):
-        word = args[i]
-        if word == "--nodes" or word.startswith("--nodes="):
-            value = word.split("=", 1)[1] if "=" in word else (args[i + 1] if i + 1 < len(args) else "")
-            i += 1 if "=" in word else 2
-            if not value.isdigit() or int(value) < 1:
-                raise ConfigError("--nodes", f"must be an integer ≥ 1 (one SuperNode per client), got {value!r}")
-            nodes = int(value)
-            continue
-        rest.append(word)
-        i += 1
+    nodes, rest = pop_count(args, "--nodes", " (one SuperNode per client)")
     if nodes is None or "--config" not in rest:
         raise ConfigError("flower-local", "needs --config FILE and --nodes N (N = data.num_clients: one SuperNode "
                           "per client)")
