@@ -21,7 +21,7 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from fl_lightning.systems.policies import RoundPolicy
-from fl_lightning.systems.profiles import Population
+from fl_lightning.systems.profiles import Population, total_seconds
 
 
 # timeline.csv: one row per client per round (FedBuff: per arrival, ``round`` = the server step it joined);
@@ -32,12 +32,10 @@ TIMELINE_COLUMNS = ("round", "client_id", "start_s", "download_s", "compute_s", 
 
 def timeline_rows(round_idx: int, ids, starts, segments: np.ndarray, steps, status, round_end_s: float) -> list[dict]:
     """One TIMELINE_COLUMNS row per client: its start, its four segments (``Population.client_segments``), end."""
-    rows = []
-    for cid, start, seg, n, state in zip(ids, starts, segments.tolist(), steps, status):
-        rows.append(dict(zip(TIMELINE_COLUMNS, (round_idx + 1, int(cid), float(start), *seg,
-                                                float(start) + seg[0] + seg[1] + seg[2] + seg[3], int(n), state,
-                                                round_end_s))))
-    return rows
+    starts = np.asarray(starts, dtype=np.float64)
+    ends = (starts + total_seconds(segments)).tolist()
+    return [dict(zip(TIMELINE_COLUMNS, (round_idx + 1, int(cid), start, *seg, end, int(n), state, round_end_s)))
+            for cid, start, seg, end, n, state in zip(ids, starts.tolist(), segments.tolist(), ends, steps, status)]
 
 
 class VirtualClock:
@@ -106,7 +104,7 @@ class RoundSimulator:
         segments = self.population.client_segments(ids, [c.download.nbytes for c in clients],
                                                    [c.upload.nbytes for c in clients],
                                                    [c.steps * self.batch_size for c in clients])
-        times = segments[:, 0] + segments[:, 1] + segments[:, 2] + segments[:, 3]  # = Population.client_times
+        times = total_seconds(segments)  # = Population.client_times
         arrived = np.array([not t.lost for t in tasks], dtype=bool)
         accepted, duration = self.policy.select(times, arrived, per_round)
         for task, ok in zip(tasks, accepted):

@@ -45,6 +45,7 @@ from fl_lightning.errors import ConfigError
 from fl_lightning.federation.contexts import ClientTask, RoundContext
 from fl_lightning.federation.seeding import Purpose, derive_seed
 from fl_lightning.systems.clock import VirtualClock, timeline_rows
+from fl_lightning.systems.profiles import total_seconds
 
 ASYNC_STREAM = 0xA5C  # derive_seed(ASYNC_STREAM, launch, ...): the launches' draws
 
@@ -188,7 +189,7 @@ class FedBuff:
         """The step's K arrivals as timeline rows: each started at its arrival minus its simulated time."""
         ids, finish, steps, down, up = (list(column) for column in zip(*arrivals))
         segments = self.population.client_segments(ids, down, up, [n * self.batch_size for n in steps])
-        starts = np.asarray(finish) - (segments[:, 0] + segments[:, 1] + segments[:, 2] + segments[:, 3])
+        starts = np.asarray(finish) - total_seconds(segments)
         return timeline_rows(step_idx, ids, starts, segments, steps, ["aggregated"] * len(ids), self.clock.now_s)
 
     def metrics(self) -> dict[str, float]:

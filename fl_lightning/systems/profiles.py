@@ -88,8 +88,12 @@ class Population:
 
     def client_times(self, ids, download_bytes, upload_bytes, samples) -> np.ndarray:
         """Simulated seconds for each client of a round: the sum of its ``client_segments``, in their order."""
-        segments = self.client_segments(ids, download_bytes, upload_bytes, samples)
-        return segments[:, 0] + segments[:, 1] + segments[:, 2] + segments[:, 3]
+        return total_seconds(self.client_segments(ids, download_bytes, upload_bytes, samples))
+
+
+def total_seconds(segments: np.ndarray) -> np.ndarray:
+    """Each row's download + compute + upload + latency, added in that order (one client's simulated time)."""
+    return segments[:, 0] + segments[:, 1] + segments[:, 2] + segments[:, 3]
 
 
 def draw_profile(name: str, num_clients: int, seed: int, compute_scale: float = 1.0,
