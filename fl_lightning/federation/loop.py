@@ -153,7 +153,7 @@ class FederatedLoop:
         plan = RoundContext(round_idx, self.optimizer.param_groups[0]["lr"], tasks,
                             {"delta": self.flat.numel, "control": self.flat.num_params}, len(self.clients),
                             self.flat.num_params, self.flat.numel, self.blocks, self.client_state, self.flat.device,
-                            self.clients.offsets[-1], tuple(self.flat.segments))
+                            self.clients.offsets[-1], tuple(self.flat.segments), self.config.poisson_rate)
         self._call("configure_round", plan)
         if self.systems is not None:  # issue 32: partial work — each client's step budget by the deadline
             self.systems.budget_steps(plan, self.flat.numel)

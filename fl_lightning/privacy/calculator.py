@@ -25,7 +25,7 @@ def main(args: list[str]) -> int:
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--epsilon", type=float, help="target ε: answers the noise multiplier")
     target.add_argument("--noise-multiplier", type=float, help="z: answers ε")
-    parser.add_argument("--delta", type=float, default=None, help="δ (default 1/K^1.1)")
+    parser.add_argument("--delta", type=float, default=None, help="δ (default min(1e-5, 1/K^1.1); must be < 1/K)")
     parser.add_argument("--sampling", default="fixed", choices=accountant.SAMPLINGS)
     parser.add_argument("--accountant", default="rdp", choices=accountant.ACCOUNTANTS)
     a = parser.parse_args(args)

@@ -89,7 +89,7 @@ def resolve_privacy(privacy: Union[PrivacyOptions, dict, str, None]) -> Optional
 
 
 def check_algorithm(privacy: PrivacyOptions, algorithm_name: str, weighted_aggregation: bool, codec,
-                    partial_uploads: bool = False, control_rule: str = "spec") -> None:
+                    control_rule: str = "spec") -> None:
     """What client-level DP refuses to run with: one line each."""
     if algorithm_name in SECOND_UPLOAD:
         raise ConfigError("model.privacy", f"{algorithm_name} {SECOND_UPLOAD[algorithm_name]}; client-level DP "
@@ -98,11 +98,10 @@ def check_algorithm(privacy: PrivacyOptions, algorithm_name: str, weighted_aggre
     if control_rule != "spec":
         raise ConfigError("model.algorithm.rule", f"{control_rule} sets c from the mean over whoever reported, a "
                           "divisor the control-variate noise does not fix in advance; use rule spec with model.privacy")
-    if privacy.sampling == "poisson" and (partial_uploads or codec is not None):
-        raise ConfigError("model.privacy.sampling", f"poisson divides every coordinate's noised sum by the expected "
-                          f"cohort qK; {algorithm_name if partial_uploads else 'a codec'} uploads only part of the "
-                          "model, whose expected per-coordinate count depends on the realised cohort — use sampling "
-                          "fixed (the fixed-cohort accounting covers it)")
+    if privacy.sampling == "poisson" and codec is not None:
+        raise ConfigError("model.privacy.sampling", "poisson divides every coordinate's noised sum by its expected "
+                          "count; a codec chooses the uploaded coordinates from the data, so that count is unknown — "
+                          "use sampling fixed, or no codec")
     if weighted_aggregation:
         raise ConfigError("model.weighted_aggregation", "with model.privacy the sum's sensitivity must be C: "
                           "weights n_i would scale it; set weighted_aggregation false")
