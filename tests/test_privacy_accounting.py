@@ -140,6 +140,8 @@ def test_poisson_block_uploads_divide_by_each_blocks_expected_cohort():
     expected = x0 + (recorder.sums["delta"][:d] + gaussian(d, clip, 0, NOISE)) / counts
     assert torch.allclose(module.flat.vector.double(), expected, atol=1e-6)
     assert float(rows[0]["privacy/poisson"]) == 1.0
+    signal = float(recorder.sums["delta"][:d].norm()) / math.sqrt(d)  # RMS of the clipped sum per coordinate
+    assert float(rows[0]["privacy/noise_to_signal"]) == pytest.approx(clip / signal, rel=1e-6)
 
 
 @pytest.mark.parametrize("sampling,accounting,hp", [("fixed", "rdp", {}), ("poisson", "rdp", {}),
@@ -190,3 +192,48 @@ def test_bad_privacy_input_is_one_line_before_any_fit_work(args, field, fix, cap
     assert code == 2 and len(err) == 1, err
     assert field in err[0] and fix in err[0], err[0]
     assert not os.path.exists("runs")  # nothing half-written
+
+
+def test_report_shows_epsilon_delta_sampling_and_refuses_to_average_different_epsilons(capsys):
+    from fl_lightning.runs import report
+    _, first = fit(2, "dp,seed_everything=0", privacy=PrivacyOptions(noise_multiplier=1.0, clip=0.05,
+                                                                        sampling="poisson"))
+    assert report.main(["runs/dp,seed_everything=0", "--target", "0.5", "--out", "one", "--label", "dir"]) == 0
+    (row,) = list(csv.DictReader(open("one.csv")))
+    assert (float(row["final_epsilon"]), float(row["delta"]), row["sampling"]) == (
+        float(first[-1]["privacy/epsilon"]), 1e-5, "poisson")
+    header = Path("one.md").read_text().splitlines()[0]
+    assert "| final_epsilon | delta | sampling |" in header
+    fit(2, "dp,seed_everything=1", privacy=PrivacyOptions(noise_multiplier=2.0, clip=0.05, sampling="poisson"))
+    capsys.readouterr()
+    assert cli_main(["report", "runs", "--target", "0.5", "--out", "two", "--label", "dir"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "report: group 'dp' mixes runs of different privacy (ε " in err[0], err
+    assert not os.path.exists("two.csv") and not os.path.exists("two.md")
+
+
+def test_resuming_a_checkpoint_of_the_old_accounting_is_one_line(capsys):
+    import glob
+    args = ["fit", "--config", QUICKSTART, "--model.privacy.noise_multiplier", "1", *DP]
+    assert cli_main([*args[:-3], "1", *args[-2:]]) == 0
+    (ckpt,) = glob.glob("runs/quickstart/*/version_0/checkpoints/*.ckpt")
+    old = torch.load(ckpt, weights_only=True)
+    (key,) = [k for k in old["callbacks"] if k.startswith("ClientDP")]
+    assert old["callbacks"][key]["accounting"] == accountant.ACCOUNTING
+    del old["callbacks"][key]["accounting"]  # as written before the accounting version existed
+    torch.save(old, "old.ckpt")
+    capsys.readouterr()
+    assert cli_main([*args, "--ckpt_path", "old.ckpt"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ckpt_path: its ε was accounted by privacy accounting version 1" in err[0], err
+    assert len(glob.glob("runs/quickstart/*/version_*")) == 1  # nothing new written
+
+
+def test_summary_of_a_dp_run_near_chance_gives_the_diagnostics_and_a_hint():
+    dp = ClientDP(PrivacyOptions(noise_multiplier=1.0, clip=0.05), rounds=3)
+    dp.prepare(CLIENTS, COHORT)
+    dp.epsilon, dp.clipped, dp.reported, dp.noise_to_signal = 2.5, 3, 4, 12.0
+    assert dp.summary(0.91, 0.3, 10) == ", privacy ε 2.5 at δ 1e-05 (fixed sampling)"
+    assert dp.summary(0.11, 40.0, 10) == (", privacy ε 2.5 at δ 1e-05 (fixed sampling) — near chance: 75 % of uploads "
+                                          "clipped, noise-to-signal 12 per coordinate; raise model.privacy.clip, lower "
+                                          "the noise (a larger target_epsilon) or sample more clients per round")
