@@ -237,3 +237,26 @@ def test_summary_of_a_dp_run_near_chance_gives_the_diagnostics_and_a_hint():
     assert dp.summary(0.11, 40.0, 10) == (", privacy ε 2.5 at δ 1e-05 (fixed sampling) — near chance: 75 % of uploads "
                                           "clipped, noise-to-signal 12 per coordinate; raise model.privacy.clip, lower "
                                           "the noise (a larger target_epsilon) or sample more clients per round")
+
+
+def test_a_poisson_round_nobody_joined_still_releases_its_noise():
+    """4 clients, q = 1/4: about a third of the rounds draw nobody. Every round's step is the noise / qK, also
+    then (keeping x would tell that nobody joined, which the accounting does not cover)."""
+    from fl_lightning.privacy.mechanism import NOISE, gaussian
+    torch.manual_seed(0)
+    net = nn.Linear(3, 2)
+    x, y = torch.randn(8, 3), torch.randint(0, 2, (8,))
+    algorithm, _ = create("fedavg")
+    dp = ClientDP(PrivacyOptions(noise_multiplier=1.0, clip=0.5, sampling="poisson"), rounds=12)
+    fed = ToyFederation(net, algorithm, [(x[i:i + 2], y[i:i + 2]) for i in range(0, 8, 2)], "state", lr=0.0,
+                        extra_callbacks=[dp])
+    fed.loop.config.poisson_rate = 0.25
+    dp.prepare(4, 1, 12)
+    empty = 0
+    for r in range(12):
+        empty += not fed.loop.sample_clients(r)
+        before = fed.global_params.clone().double()
+        fed.run_round(r)
+        step = fed.global_params.double() - before
+        assert torch.allclose(step, gaussian(step.numel(), 0.5, r, NOISE) / 1.0, atol=1e-6)
+    assert empty >= 2
