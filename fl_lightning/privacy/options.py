@@ -29,11 +29,12 @@ class PrivacyOptions:
         adaptive_quantile: γ: adapt C so that a fraction γ of uploads is unclipped (Andrew et al. 2021).
         clip_lr: η_C, the geometric step of adaptive clipping: C ← C·exp(−η_C(b̃ − γ)).
         count_noise: σ_b, std of the noise on the unclipped count (default cohort/20, the paper's).
-        delta: δ of the reported ε (default 1/K^1.1, K the population).
+        delta: δ of the reported ε (default min(1e-5, 1/K^1.1), K the population; must be < 1/K).
         epsilon_budget: stop before a round after which ε would exceed this.
         accountant: rdp, or pld (poisson sampling only).
-        sampling: fixed (a cohort of M of K without replacement) or poisson (each client joins a round
-            independently with q = M/K; the sums are divided by the expected cohort qK).
+        sampling: fixed (a cohort of M of K without replacement: replace-one, sensitivity 2C, accounted at z/2)
+            or poisson (recommended: each client joins a round independently with q = M/K; add/remove-one,
+            sensitivity C; every sum is divided by its expected count).
     """
 
     noise_multiplier: Optional[float] = None
