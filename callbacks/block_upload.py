@@ -31,12 +31,14 @@ def assign_blocks(round, choices: list[int]) -> dict[int, int]:
     joining or not moves no other client's block: what add/remove-one accounting needs), and
     round.upload_choices records the equally likely uploads, so privacy divides by expected counts."""
     n, s = len(choices), len(round.clients)
+    if not choices:
+        raise ConfigError("clients_per_round", "no block to upload: declare fewer blocks personal")
     rng = np.random.default_rng(derive_seed(round.round, Purpose.BLOCK_ORDER))
     if round.poisson_rate is not None:
         draws = rng.integers(0, n, size=round.num_clients)
         round.upload_choices = [round.blocks.upload_ranges(j) for j in choices]
         return {client.client_id: choices[draws[client.client_id]] for client in round.clients}
-    if not choices or s < n:
+    if s < n:
         raise ConfigError("clients_per_round", f"S={s} < N={n} blocks: every block needs a client; "
                           "raise S, lower num_blocks or declare fewer blocks personal")
     order = rng.permutation(s)
