@@ -66,9 +66,10 @@ class ClientDP(FLCallback):
                                                                     opts.accountant)
         if opts.adaptive_quantile is not None:
             update_noise_multiplier(self.noise_multiplier, self.count_noise)  # σ_b too small: one line now
-        if opts.epsilon_budget is not None and self.epsilon_after(1) > opts.epsilon_budget:
+        first = self.epsilon_after(1)  # also computes (once) the round's event, which every later round reuses
+        if opts.epsilon_budget is not None and first > opts.epsilon_budget:
             raise ConfigError("model.privacy.epsilon_budget", f"one round already spends ε = "
-                              f"{self.epsilon_after(1):.3g} > {opts.epsilon_budget:g}; raise the budget or the noise")
+                              f"{first:.3g} > {opts.epsilon_budget:g}; raise the budget or the noise")
 
     def on_train_start(self, trainer, pl_module) -> None:
         if pl_module.flat.numel != pl_module.flat.num_params:
