@@ -48,10 +48,11 @@ def default_delta(population: int) -> float:
     return min(1e-5, 1.0 / population ** 1.1)
 
 
-def round_event(noise_multiplier: float, cohort: int, population: int, sampling: str = "fixed"
+def round_event(event_multiplier: float, cohort: int, population: int, sampling: str = "fixed"
                 ) -> dp_accounting.DpEvent:
-    """The DpEvent of one round: noise std z·C on a sum of sensitivity SENSITIVITY[sampling]·C."""
-    gaussian = dp_accounting.GaussianDpEvent(noise_multiplier / SENSITIVITY[sampling])
+    """The DpEvent of one round, its Gaussian of multiplier z / SENSITIVITY[sampling] (``event_multiplier``):
+    noise std z·C on a sum of sensitivity SENSITIVITY[sampling]·C."""
+    gaussian = dp_accounting.GaussianDpEvent(event_multiplier)
     if sampling == "fixed":
         if cohort >= population:
             return gaussian
@@ -94,19 +95,19 @@ def epsilon(noise_multiplier: float, rounds: int, cohort: int, population: int, 
         return 0.0
     if not noise_multiplier > 0:
         return math.inf
-    one = one_round(noise_multiplier, cohort, population, sampling, accountant)
+    one = one_round(noise_multiplier / SENSITIVITY[sampling], cohort, population, sampling, accountant)
     if accountant == "pld":
         return float(one._pld.self_compose(rounds).get_epsilon_for_delta(delta))
     return float(rdp.rdp_privacy_accountant.compute_epsilon(one._orders, rounds * one._rdp, delta)[0])
 
 
 @functools.lru_cache(maxsize=64)
-def one_round(noise_multiplier: float, cohort: int, population: int, sampling: str, accountant: str):
+def one_round(event_multiplier: float, cohort: int, population: int, sampling: str, accountant: str):
     """The accountant after one round's event, kept: composing R rounds is then R × its RDP curve (or its PLD
     self-composed R times), exactly what composing the event R times gives (tested), without recomputing the
     event's curve every round — which cost several times a quickstart round."""
     acc = make_accountant(sampling, accountant, cohort, population)
-    acc.compose(round_event(noise_multiplier, cohort, population, sampling))
+    acc.compose(round_event(event_multiplier, cohort, population, sampling))
     return acc
 
 
