@@ -260,3 +260,10 @@ def test_a_poisson_round_nobody_joined_still_releases_its_noise():
         step = fed.global_params.double() - before
         assert torch.allclose(step, gaussian(step.numel(), 0.5, r, NOISE) / 1.0, atol=1e-6)
     assert empty >= 2
+
+
+def test_report_marks_a_run_of_the_old_accounting():
+    from fl_lightning.runs import report
+    assert report.main([str(ROOT / "docs/privacy/runs/fedavg_eps1_seed0"), "--target", "0.5", "--out", "old"]) == 0
+    (row,) = list(csv.DictReader(open("old.csv")))
+    assert row["sampling"] == "fixed; its logged ε under-reports (old accounting)"

@@ -161,6 +161,8 @@ def summarise(curve: list[dict], target: float, window: int, budgets: list[float
     if "privacy/epsilon" in curve[-1]:  # the client-level ε spent by the end, its δ and how clients were sampled
         summary["final_epsilon"], summary["delta"] = curve[-1]["privacy/epsilon"], curve[-1]["privacy/delta"]
         summary["sampling"] = "poisson" if curve[-1].get("privacy/poisson") == 1 else "fixed"
+        if "privacy/poisson" not in curve[-1]:  # logged before accounting version 2 (docs/privacy.md)
+            summary["sampling"] = "fixed; its logged ε under-reports (old accounting)"
     personal = [r for r in curve if "pval/acc_mean" in r]  # issue 33: the clients' own models on their own data
     if personal:
         summary.update({f"final_pval_{k}": personal[-1][f"pval/{k}"] for k in ("acc_mean", "acc_p10", "acc_std")})
