@@ -24,6 +24,27 @@ def _complement(ranges, total):
     return gaps + ([(position, total)] if position < total else [])
 
 
+def assign_blocks(round, choices: list[int]) -> dict[int, int]:
+    """Client id → its block of ``choices``. A fixed cohort: client p of the round's seeded shuffle gets
+    choices[p mod N] (each block ⌊S/N⌋ or ⌈S/N⌉ clients). Poisson sampling (round.poisson_rate): every client
+    draws its block uniformly from the round's block stream, independently of who else joined (one client
+    joining or not moves no other client's block: what add/remove-one accounting needs), and
+    round.upload_choices records the equally likely uploads, so privacy divides by expected counts."""
+    n, s = len(choices), len(round.clients)
+    if not choices:
+        raise ConfigError("clients_per_round", "no block to upload: declare fewer blocks personal")
+    rng = np.random.default_rng(derive_seed(round.round, Purpose.BLOCK_ORDER))
+    if round.poisson_rate is not None:
+        draws = rng.integers(0, n, size=round.num_clients)
+        round.upload_choices = [round.blocks.upload_ranges(j) for j in choices]
+        return {client.client_id: choices[draws[client.client_id]] for client in round.clients}
+    if s < n:
+        raise ConfigError("clients_per_round", f"S={s} < N={n} blocks: every block needs a client; "
+                          "raise S, lower num_blocks or declare fewer blocks personal")
+    order = rng.permutation(s)
+    return {round.clients[index].client_id: choices[position % n] for position, index in enumerate(order)}
+
+
 class BlockUploadMask(FLCallback):
     """FedBCGD: each sampled client uploads one block and the shared block.
 
@@ -42,16 +63,9 @@ class BlockUploadMask(FLCallback):
         if blocks is None:
             raise ConfigError("BlockUploadMask", "needs a block division: run it with a block algorithm "
                               "(fedbcgd, fedbcgd_plus, ...) or pass blocks to the loop")
-        n, s = blocks.num_blocks, len(round.clients)
-        if s < n:
-            raise ConfigError("clients_per_round", f"S={s} < N={n} blocks: every block needs a client; "
-                              f"raise S or lower num_blocks")
-        order = np.random.default_rng(derive_seed(round.round, Purpose.BLOCK_ORDER)).permutation(s)
-        self.block_of, self._frozen = {}, {}
-        for position, index in enumerate(order):
-            client = round.clients[index]
-            self.block_of[client.client_id] = position % n
-            client.upload_ranges = blocks.upload_ranges(position % n)
+        self.block_of, self._frozen = assign_blocks(round, list(range(blocks.num_blocks))), {}
+        for client in round.clients:
+            client.upload_ranges = blocks.upload_ranges(self.block_of[client.client_id])
             if self.freeze_other_blocks:
                 self._frozen[client.client_id] = _complement(client.upload_ranges, round.numel)
 

@@ -42,6 +42,7 @@ from fl_lightning.federation.seeding import run_seed
 from fl_lightning.federation.session import start_rounds
 from fl_lightning.systems import Asynchronous, RoundPolicy, SystemModel
 from fl_lightning.privacy import ClientDP, PrivacyOptions
+from fl_lightning.privacy.callback import check_before_fit as check_privacy_fit
 from fl_lightning.privacy.control import NoisedControlSum
 
 
@@ -217,6 +218,9 @@ class FederatedModule(pl.LightningModule):
         datamodule = self.trainer.datamodule
         self.check_compatible(datamodule)
         check_trainer(self.hparams, self.trainer)
+        if self.privacy is not None:  # δ, target ε and budget refused before any run file is written
+            check_privacy_fit(self.privacy, datamodule.num_clients, self.hparams.clients_per_round,
+                              self.trainer.max_epochs)
         if not self.trainer.is_global_zero:
             return
         write_start_files(self.trainer, datamodule, dict(self.net.hparams) if is_lightning(self.net) else {})

@@ -181,7 +181,7 @@ def settle_options(module, network, algorithm, compression, system, round_policy
     check_asynchronous(module)
     if module.privacy is not None:
         check_privacy(module.privacy, module.algorithm.name, hp.weighted_aggregation, module.codec,
-                      getattr(module.algorithm, "uses_blocks", False), getattr(module.algorithm, "rule", "spec"))
+                      getattr(module.algorithm, "rule", "spec"))
         module.save_hyperparameters({**hp, "privacy": module.privacy.spec()})
     module.algorithm.check_network(network)
     if server_optimizer is not None and module.algorithm.changed_server_options():

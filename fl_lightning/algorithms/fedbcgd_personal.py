@@ -13,14 +13,12 @@ from __future__ import annotations
 
 from typing import Optional, Union
 
-import numpy as np
-
 from fl_lightning.algorithms.base import register
 from fl_lightning.algorithms.fedbcgd import FedBCGD
 from fl_lightning.callbacks import BlockUploadMask
+from fl_lightning.callbacks.block_upload import assign_blocks
 from fl_lightning.errors import ConfigError
 from fl_lightning.federation.blocks import partition_for
-from fl_lightning.federation.seeding import Purpose, derive_seed
 from fl_lightning.personalization.personal import PersonalPart
 
 
@@ -46,16 +44,8 @@ class PersonalBlockUpload(BlockUploadMask):
 
     def configure_round(self, round):
         blocks = round.blocks
-        trained = [j for j in range(blocks.num_blocks) if str(j + 1) not in self.personal]
-        s = len(round.clients)
-        if not trained or s < len(trained):
-            raise ConfigError("clients_per_round", f"S={s} clients for {len(trained)} non-personal blocks: every "
-                              "block needs a client; raise S or declare fewer blocks personal")
-        order = np.random.default_rng(derive_seed(round.round, Purpose.BLOCK_ORDER)).permutation(s)
-        self.block_of = {}
-        for position, index in enumerate(order):
-            client = round.clients[index]
-            self.block_of[client.client_id] = trained[position % len(trained)]
+        self.block_of = assign_blocks(round, [j for j in range(blocks.num_blocks) if str(j + 1) not in self.personal])
+        for client in round.clients:
             client.upload_ranges = blocks.upload_ranges(self.block_of[client.client_id])
 
 

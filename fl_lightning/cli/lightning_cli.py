@@ -44,6 +44,7 @@ from fl_lightning.runs.files import run_dirs
 from fl_lightning.runs.progress import RoundProgressBar
 from fl_lightning.federation.threads import Threads
 from fl_lightning.runs.python_api import summary
+from fl_lightning.privacy.callback import check_before_fit as check_privacy_fit, check_checkpoint as check_privacy_checkpoint
 
 TRAINER_DEFAULTS = {
     "max_epochs": 30,  # = communication rounds
@@ -289,6 +290,7 @@ class FederatedCLI(LightningCLI):
         if self.checkpoint is None:
             return
         refuse_before_algorithm_objects(self.checkpoint, config.get("ckpt_path"))
+        check_privacy_checkpoint(self.checkpoint)
         if self.config.subcommand != "fit":
             return
         rounds_done, max_epochs = self.checkpoint.get("epoch", -1) + 1, (config.get("trainer") or {}).get("max_epochs")
@@ -333,6 +335,9 @@ class FederatedCLI(LightningCLI):
         self.datamodule.check()
         self.model.check_compatible(self.datamodule)
         check_trainer(self.model.hparams, self.trainer)
+        if self.subcommand == "fit" and self.model.privacy is not None:  # before any run folder exists
+            check_privacy_fit(self.model.privacy, self.datamodule.num_clients, self.model.hparams.clients_per_round,
+                              self.trainer.max_epochs)
         if getattr(self, "checkpoint", None) is not None:
             check_same_network(self.checkpoint, self.model)
             if self.subcommand == "fit" and "FederatedDataModule" in self.checkpoint:  # its fingerprint, before

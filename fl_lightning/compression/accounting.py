@@ -177,7 +177,7 @@ class CommMeter:
         self.round_download_bytes = sum(download_bytes)
         self.upload_bytes += self.round_upload_bytes
         self.download_bytes += self.round_download_bytes
-        per_client_floats = self.round_upload_bytes / self.FLOAT_BYTES / len(upload_bytes)
+        per_client_floats = self.round_upload_bytes / self.FLOAT_BYTES / max(len(upload_bytes), 1)  # Poisson: may be none
         self.upload_d += per_client_floats / self.num_params
 
     def metrics(self) -> dict[str, float]:

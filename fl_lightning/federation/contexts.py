@@ -57,6 +57,10 @@ class RoundContext:
     device: torch.device
     total_samples: int  # Σ n_i over all M clients
     segments: tuple = ()  # fl_lightning.federation.flat.Segment of every tensor: where it lies in the flat vector
+    poisson_rate: Optional[float] = None  # q when each client joined independently with probability q, else None
+    # with poisson_rate: the upload ranges a joining client is given, each with equal probability, independently
+    # of every other client (set by a block mask; None: the whole model). privacy reads it for expected counts.
+    upload_choices: Optional[list] = None
 
 
 class ClientContext:

@@ -153,7 +153,7 @@ class FederatedLoop:
         plan = RoundContext(round_idx, self.optimizer.param_groups[0]["lr"], tasks,
                             {"delta": self.flat.numel, "control": self.flat.num_params}, len(self.clients),
                             self.flat.num_params, self.flat.numel, self.blocks, self.client_state, self.flat.device,
-                            self.clients.offsets[-1], tuple(self.flat.segments))
+                            self.clients.offsets[-1], tuple(self.flat.segments), self.config.poisson_rate)
         self._call("configure_round", plan)
         if self.systems is not None:  # issue 32: partial work — each client's step budget by the deadline
             self.systems.budget_steps(plan, self.flat.numel)
@@ -198,7 +198,7 @@ class FederatedLoop:
                             clients_dropped=lost + non_finite)
         self._report_drops(round_idx, len(plan.clients), lost, non_finite)
         reported = len(plan.clients) - lost - non_finite
-        if reported:
+        if reported or self.config.poisson_rate is not None:  # DP's Poisson sampling releases its noise regardless
             self.server_update(round_idx, received)
         self.flat.load(self.global_vector)
         self._call("on_round_end", plan)
@@ -249,6 +249,8 @@ class FederatedLoop:
                                                      len(self.clients), self.blocks))
         server_params = self.server_optimizer.param_groups[0]["params"][0]
         unreported = received.weight("delta")[:d] == 0  # e.g. a FedBCGD block whose clients all dropped
+        if self.config.poisson_rate is not None:  # DP's Poisson sampling: keeping them would tell nobody joined
+            unreported = torch.zeros_like(unreported)
         kept = self._server_coordinates(unreported) if bool(unreported.any()) else []
         server_params.grad = update.neg_()
         self.server_optimizer.step()

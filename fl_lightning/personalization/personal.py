@@ -78,6 +78,8 @@ class PersonalPart(FLCallback):
         self.table = round.client_state.table(self.TABLE, self.size)
         for client in round.clients:
             client.upload_ranges = subtract(client.upload_ranges, self.ranges)
+        if round.upload_choices is not None:
+            round.upload_choices = [subtract(ranges, self.ranges) for ranges in round.upload_choices]
 
     def gather(self, vector: torch.Tensor) -> torch.Tensor:
         return torch.cat([vector[a:b] for a, b in self.ranges]) if self.ranges else vector[:0]

@@ -1,7 +1,14 @@
 """Client-level ε with Google's dp-accounting (>= 0.6): one DpEvent per round, composed over rounds.
 
-The event of one round is the Gaussian mechanism with noise multiplier z (std z·C on a sum whose
-sensitivity is C), amplified by how the cohort is drawn:
+The user's noise multiplier z always means the same thing: the noise std on every released sum is z·C,
+C the clip. dp-accounting's noise multiplier is the std divided by the sensitivity under the chosen
+neighbouring relation, so the event is a Gaussian of multiplier z / SENSITIVITY[sampling]:
+
+* add/remove-one (``poisson``): one client adds or removes its upload, ‖u‖ ≤ C: sensitivity C, z as is.
+* replace-one (``fixed``): one client's u becomes u′, ‖u − u′‖ ≤ 2C: sensitivity 2C, the event at z/2.
+
+The noise is not doubled: z keeps its documented meaning (std z·C), and ε is the one of the noise actually
+released. How the cohort is drawn amplifies it:
 
 * ``fixed`` (what the loop does): M of the K clients without replacement. dp-accounting's
   ``SampledWithoutReplacementDpEvent`` is supported by its RDP accountant only, and only under the
@@ -11,10 +18,15 @@ sensitivity is C), amplified by how the cohort is drawn:
   add/remove-one. The loop samples that way with ``--model.privacy.sampling poisson`` (whole-model
   uploads), and the calculator answers for it (``fl-lightning privacy --sampling poisson``).
 
-ε is reported at δ, by default δ = 1/K^1.1 (below 1/K, as the usual "δ ≪ 1/population" asks).
+ε is reported at δ, by default δ = min(1e-5, 1/K^1.1); a δ ≥ 1/K is refused (a "guarantee" that may fail
+for one client in K protects nobody).
+
+ACCOUNTING is the version of this bookkeeping, stored in every DP checkpoint: version 2 accounts
+replace-one at sensitivity 2C; checkpoints without it (version 1 accounted C) are refused at resume.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Optional
 
@@ -26,16 +38,21 @@ from fl_lightning.errors import ConfigError
 SAMPLINGS = ("fixed", "poisson")
 ACCOUNTANTS = ("rdp", "pld")
 MAX_NOISE_MULTIPLIER = 1e4
+ACCOUNTING = 2
+# the L2 sensitivity of a released sum, in units of the clip C, under each sampling's neighbouring relation
+SENSITIVITY = {"fixed": 2.0, "poisson": 1.0}
 
 
 def default_delta(population: int) -> float:
-    return 1.0 / population ** 1.1
+    """min(1e-5, 1/K^1.1): well below 1/K for every population."""
+    return min(1e-5, 1.0 / population ** 1.1)
 
 
-def round_event(noise_multiplier: float, cohort: int, population: int, sampling: str = "fixed"
+def round_event(event_multiplier: float, cohort: int, population: int, sampling: str = "fixed"
                 ) -> dp_accounting.DpEvent:
-    """The DpEvent of one round."""
-    gaussian = dp_accounting.GaussianDpEvent(noise_multiplier)
+    """The DpEvent of one round, its Gaussian of multiplier z / SENSITIVITY[sampling] (``event_multiplier``):
+    noise std z·C on a sum of sensitivity SENSITIVITY[sampling]·C."""
+    gaussian = dp_accounting.GaussianDpEvent(event_multiplier)
     if sampling == "fixed":
         if cohort >= population:
             return gaussian
@@ -43,9 +60,11 @@ def round_event(noise_multiplier: float, cohort: int, population: int, sampling:
     return dp_accounting.PoissonSampledDpEvent(cohort / population, gaussian)
 
 
-def make_accountant(sampling: str = "fixed", accountant: str = "rdp"):
+def make_accountant(sampling: str = "fixed", accountant: str = "rdp", cohort: int = 0, population: int = 1):
+    """pld: Poisson sampling, or a fixed cohort of everyone (a plain Gaussian, its sensitivity already in the
+    event's multiplier, so the relation's own sensitivity is 1: ADD_OR_REMOVE_ONE)."""
     if accountant == "pld":
-        if sampling == "fixed":
+        if sampling == "fixed" and cohort < population:
             raise ConfigError("privacy.accountant", "pld does not support a fixed cohort drawn without replacement "
                               "in dp-accounting; use rdp, or sampling poisson")
         return pld.PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
@@ -61,8 +80,10 @@ def check(cohort: int, population: int, sampling: str, accountant: str, delta: O
         raise ConfigError("privacy.accountant", f"unknown {accountant!r}; choose one of {', '.join(ACCOUNTANTS)}")
     if not 1 <= cohort <= population:
         raise ConfigError("privacy.cohort", f"needs 1 ≤ M ≤ K, got M={cohort}, K={population}")
-    if delta is not None and not 0.0 < delta < 1.0:
-        raise ConfigError("privacy.delta", f"must be in (0, 1), got {delta}")
+    if delta is not None and not 0.0 < delta < 1.0 / population:
+        raise ConfigError("privacy.delta", f"must be in (0, 1/K) = (0, {1 / population:.3g}) for K={population} "
+                          f"clients, got {delta:g}: δ ≥ 1/K allows one client's data to leak; leave it unset "
+                          f"for min(1e-5, 1/K^1.1)")
 
 
 def epsilon(noise_multiplier: float, rounds: int, cohort: int, population: int, delta: Optional[float] = None,
@@ -74,9 +95,20 @@ def epsilon(noise_multiplier: float, rounds: int, cohort: int, population: int, 
         return 0.0
     if not noise_multiplier > 0:
         return math.inf
-    acc = make_accountant(sampling, accountant)
-    acc.compose(round_event(noise_multiplier, cohort, population, sampling), rounds)
-    return float(acc.get_epsilon(delta))
+    one = one_round(noise_multiplier / SENSITIVITY[sampling], cohort, population, sampling, accountant)
+    if accountant == "pld":
+        return float(one._pld.self_compose(rounds).get_epsilon_for_delta(delta))
+    return float(rdp.rdp_privacy_accountant.compute_epsilon(one._orders, rounds * one._rdp, delta)[0])
+
+
+@functools.lru_cache(maxsize=64)
+def one_round(event_multiplier: float, cohort: int, population: int, sampling: str, accountant: str):
+    """The accountant after one round's event, kept: composing R rounds is then R × its RDP curve (or its PLD
+    self-composed R times), exactly what composing the event R times gives (tested), without recomputing the
+    event's curve every round — which cost several times a quickstart round."""
+    acc = make_accountant(sampling, accountant, cohort, population)
+    acc.compose(round_event(event_multiplier, cohort, population, sampling))
+    return acc
 
 
 def noise_multiplier_for(target_epsilon: float, rounds: int, cohort: int, population: int,

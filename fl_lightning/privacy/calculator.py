@@ -25,7 +25,7 @@ def main(args: list[str]) -> int:
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--epsilon", type=float, help="target ε: answers the noise multiplier")
     target.add_argument("--noise-multiplier", type=float, help="z: answers ε")
-    parser.add_argument("--delta", type=float, default=None, help="δ (default 1/K^1.1)")
+    parser.add_argument("--delta", type=float, default=None, help="δ (default min(1e-5, 1/K^1.1); must be < 1/K)")
     parser.add_argument("--sampling", default="fixed", choices=accountant.SAMPLINGS)
     parser.add_argument("--accountant", default="rdp", choices=accountant.ACCOUNTANTS)
     a = parser.parse_args(args)
@@ -33,8 +33,9 @@ def main(args: list[str]) -> int:
         raise ConfigError("--rounds", f"must be ≥ 1, got {a.rounds}")
     delta = accountant.default_delta(a.population) if a.delta is None else a.delta
     accountant.check(a.cohort, a.population, a.sampling, a.accountant, delta)
-    where = (f"R={a.rounds} rounds of M={a.cohort} of K={a.population} ({a.sampling}, {a.accountant}) "
-             f"at δ={delta:.3g}")
+    relation = "replace-one" if a.sampling == "fixed" else "add/remove-one"
+    where = (f"R={a.rounds} rounds of M={a.cohort} of K={a.population} ({a.sampling}: {relation}, sensitivity "
+             f"{accountant.SENSITIVITY[a.sampling]:g}C; {a.accountant}) at δ={delta:.3g}")
     if a.epsilon is not None:
         z = accountant.noise_multiplier_for(a.epsilon, a.rounds, a.cohort, a.population, delta, a.sampling,
                                             a.accountant)

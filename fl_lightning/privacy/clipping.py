@@ -8,7 +8,8 @@ Adaptive clipping (Andrew et al. 2021, Alg. 1 with geometric update): each clien
 b_i = 1[‖Δ_i‖ ≤ C]; the server releases the noised, centred count Σ(b_i − ½) + N(0, σ_b²) (one
 client changes it by ½), b̃ = (that + M/2)/M, and sets C ← C·exp(−η_C (b̃ − γ)). The two Gaussian
 releases of a round together are one Gaussian mechanism with noise multiplier z when the update's
-own multiplier is z_Δ = (z⁻² − (2σ_b)⁻²)^(−½) (their Thm. 1); the accountant is given z.
+own multiplier is z_Δ = (z⁻² − (2σ_b)⁻²)^(−½) (their Thm. 1); the accountant is given z, divided by two for a
+fixed cohort (replace-one doubles both releases' sensitivities, C → 2C and ½ → 1: accountant.SENSITIVITY).
 """
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ through c ← c + Σ Δc_i / K (rule ``spec``: a fixed divisor), so noising that
 every coordinate, privatises it. Budget split: Δ and Δc are two Gaussian releases of one client, with
 multipliers z_Δ and z_c; together they are one Gaussian mechanism of multiplier z when
 z_Δ⁻² + z_c⁻² (+ (2σ_b)⁻² with adaptive clipping) = z⁻², so each gets half: z_Δ = z_c = √2·z without
-adaptive clipping. The accountant is given z, as for the model update alone.
+adaptive clipping. The accountant is given z, as for the model update alone (z/2 for a fixed cohort, whose
+replace-one relation doubles both sensitivities).
 
 It must run before ControlVariates reads the sum, so FederatedModule.configure_callbacks puts it first.
 Its noise has its own per-round stream (``CONTROL_NOISE``): exact resume, the same on every rank.

@@ -9,16 +9,20 @@ This makes the noise reproducible by whoever knows the run seed: right for resea
 deployment, where the server must draw it from a secure source.
 
 Sensitivity. The server releases, per coordinate k, S_k = Σ_{i uploads k} u_i[k] with ‖u_i‖ ≤ C over
-everything client i uploads. Adding or replacing one client changes the vector (S_k)_k by that
-client's u_i alone (replace-one: the Gaussian event of dp-accounting accounts for it): its L2 norm is
-≤ C whether u_i covers the whole model (FedAvg) or only block j + the shared block (FedBCGD). So every
-coordinate's sum — every block's — gets N(0, σ²C²): noising only some blocks would leave the others'
-sums with no noise at all, and block sums share no noise.
+everything client i uploads. Adding or removing one client (Poisson sampling) changes the vector (S_k)_k
+by its u_i alone: L2 norm ≤ C. Replacing one client by another (a fixed cohort) changes it by u_i − u_i′:
+up to 2C (two opposite uploads at the clip). Either way it holds whether u_i covers the whole model
+(FedAvg) or only block j + the shared block (FedBCGD). Every coordinate's sum — every block's — gets
+N(0, z²C²), and the accountant is given z / (sensitivity / C) (accountant.SENSITIVITY): noising only some
+blocks would leave the others' sums with no noise at all, and block sums share no noise.
 
 Normalisation. The noised sum of coordinate k is divided by n_k, the number of clients the plan of the
 round assigned to it (all S for FedAvg and the shared block; the ⌊S/N⌋ or ⌈S/N⌉ clients of block j):
 fixed before any client trains, so not data dependent. Clients that drop out still count in n_k
-(their zero contribution shrinks the mean) and the noise stays σC — a dropout never weakens it.
+(their zero contribution shrinks the mean) and the noise stays σC — a dropout never weakens it. Under
+Poisson sampling n_k is the expected count instead (expected_counts): qK for the whole model and the shared
+block, qK/N for block j (each joining client draws its block uniformly); the realised count would tell who
+joined, which the noise does not cover.
 """
 from __future__ import annotations
 
@@ -43,6 +47,18 @@ def planned_counts(clients, size: int) -> torch.Tensor:
     for task in clients:
         for start, stop in task.upload_ranges:
             counts[start:min(stop, size)] += 1
+    return counts
+
+
+def expected_counts(choices, cohort: float, size: int) -> torch.Tensor:
+    """E[n_k] under Poisson sampling: the expected cohort qK times the probability that a joining client uploads
+    coordinate k, its upload drawn uniformly from ``choices`` (lists of ranges; None: the whole model)."""
+    if choices is None:
+        return torch.full((size,), cohort, dtype=torch.float64)
+    counts = torch.zeros(size, dtype=torch.float64)
+    for ranges in choices:
+        for start, stop in ranges:
+            counts[start:min(stop, size)] += cohort / len(choices)
     return counts
 
 

@@ -29,11 +29,12 @@ class PrivacyOptions:
         adaptive_quantile: γ: adapt C so that a fraction γ of uploads is unclipped (Andrew et al. 2021).
         clip_lr: η_C, the geometric step of adaptive clipping: C ← C·exp(−η_C(b̃ − γ)).
         count_noise: σ_b, std of the noise on the unclipped count (default cohort/20, the paper's).
-        delta: δ of the reported ε (default 1/K^1.1, K the population).
+        delta: δ of the reported ε (default min(1e-5, 1/K^1.1), K the population; must be < 1/K).
         epsilon_budget: stop before a round after which ε would exceed this.
         accountant: rdp, or pld (poisson sampling only).
-        sampling: fixed (a cohort of M of K without replacement) or poisson (each client joins a round
-            independently with q = M/K; the sums are divided by the expected cohort qK).
+        sampling: fixed (a cohort of M of K without replacement: replace-one, sensitivity 2C, accounted at z/2)
+            or poisson (recommended: each client joins a round independently with q = M/K; add/remove-one,
+            sensitivity C; every sum is divided by its expected count).
     """
 
     noise_multiplier: Optional[float] = None
@@ -89,7 +90,7 @@ def resolve_privacy(privacy: Union[PrivacyOptions, dict, str, None]) -> Optional
 
 
 def check_algorithm(privacy: PrivacyOptions, algorithm_name: str, weighted_aggregation: bool, codec,
-                    partial_uploads: bool = False, control_rule: str = "spec") -> None:
+                    control_rule: str = "spec") -> None:
     """What client-level DP refuses to run with: one line each."""
     if algorithm_name in SECOND_UPLOAD:
         raise ConfigError("model.privacy", f"{algorithm_name} {SECOND_UPLOAD[algorithm_name]}; client-level DP "
@@ -98,11 +99,10 @@ def check_algorithm(privacy: PrivacyOptions, algorithm_name: str, weighted_aggre
     if control_rule != "spec":
         raise ConfigError("model.algorithm.rule", f"{control_rule} sets c from the mean over whoever reported, a "
                           "divisor the control-variate noise does not fix in advance; use rule spec with model.privacy")
-    if privacy.sampling == "poisson" and (partial_uploads or codec is not None):
-        raise ConfigError("model.privacy.sampling", f"poisson divides every coordinate's noised sum by the expected "
-                          f"cohort qK; {algorithm_name if partial_uploads else 'a codec'} uploads only part of the "
-                          "model, whose expected per-coordinate count depends on the realised cohort — use sampling "
-                          "fixed (the fixed-cohort accounting covers it)")
+    if privacy.sampling == "poisson" and codec is not None:
+        raise ConfigError("model.privacy.sampling", "poisson divides every coordinate's noised sum by its expected "
+                          "count; a codec chooses the uploaded coordinates from the data, so that count is unknown — "
+                          "use sampling fixed, or no codec")
     if weighted_aggregation:
         raise ConfigError("model.weighted_aggregation", "with model.privacy the sum's sensitivity must be C: "
                           "weights n_i would scale it; set weighted_aggregation false")

@@ -158,8 +158,11 @@ def summarise(curve: list[dict], target: float, window: int, budgets: list[float
             evaluated, target, window, "time/sim_s", metric, mode)
     if "train/objective" in evaluated[-1]:
         summary["final_train_objective"] = evaluated[-1]["train/objective"]
-    if "privacy/epsilon" in curve[-1]:  # issue 31: the client-level ε spent by the end (at privacy/delta)
-        summary["final_epsilon"] = curve[-1]["privacy/epsilon"]
+    if "privacy/epsilon" in curve[-1]:  # the client-level ε spent by the end, its δ and how clients were sampled
+        summary["final_epsilon"], summary["delta"] = curve[-1]["privacy/epsilon"], curve[-1]["privacy/delta"]
+        summary["sampling"] = "poisson" if curve[-1].get("privacy/poisson") == 1 else "fixed"
+        if "privacy/poisson" not in curve[-1]:  # logged before accounting version 2 (docs/privacy.md)
+            summary["sampling"] = "fixed; its logged ε under-reports (old accounting)"
     personal = [r for r in curve if "pval/acc_mean" in r]  # issue 33: the clients' own models on their own data
     if personal:
         summary.update({f"final_pval_{k}": personal[-1][f"pval/{k}"] for k in ("acc_mean", "acc_p10", "acc_std")})
@@ -229,6 +232,16 @@ def paper_cell(acc: tuple[float, float], floats: float) -> str:
     return f"{100 * acc[0]:.1f}{spread} ({d})"
 
 
+def check_same_privacy(label: str, summaries: list[dict]) -> None:
+    """A row's runs must share ε, δ and sampling: a mean over different guarantees is no guarantee."""
+    guarantees = {(s.get("final_epsilon", math.inf), s.get("delta"), s.get("sampling", "no DP")) for s in summaries}
+    values = sorted({g[0] for g in guarantees})
+    if len({g[1:] for g in guarantees}) > 1 or not math.isclose(values[0], values[-1], rel_tol=1e-6):
+        shown = ", ".join(f"ε {e:.4g} δ {d if d is None else f'{d:.3g}'} {m}" for e, d, m in sorted(guarantees, key=str))
+        raise ConfigError("report", f"group {label!r} mixes runs of different privacy ({shown}); one cell cannot "
+                          "average them: report them separately (other run folders, or --label dir)")
+
+
 def table(groups: dict[str, list[dict]], target: float, window: int, budgets: list[float],
           metric: str = "val/acc") -> list[dict]:
     rows, c = [], column(metric)
@@ -240,13 +253,16 @@ def table(groups: dict[str, list[dict]], target: float, window: int, budgets: li
             keys += [f"objective_at_{b:g}d" for b in budgets] + ["final_train_objective"]
         if all("sim_s_to_target_first" in s for s in summaries):  # issue 32: time to target, mean ± std
             keys += ["sim_s_to_target_first", "sim_s_to_target_sustained"]
-        if all("final_epsilon" in s for s in summaries):  # issue 31: ε at the end, mean ± std over seeds
-            keys.append("final_epsilon")
+        if any("final_epsilon" in s for s in summaries):  # DP: one ε, δ and sampling per row, never averaged
+            check_same_privacy(label, summaries)
+            keys += ["final_epsilon", "delta"]
         if all("final_pval_acc_mean" in s for s in summaries):  # issue 33: personalised accuracy, mean ± std
             keys += ["final_pval_acc_mean", "final_pval_acc_p10", "final_pval_acc_std"]
             keys += ["final_pval_new_acc_mean"] if all("final_pval_new_acc_mean" in s for s in summaries) else []
         for key in keys:
             row[key], row[f"{key}_std"] = mean_std([s[key] for s in summaries])
+        if "sampling" in summaries[0]:
+            row["sampling"] = summaries[0]["sampling"]
         reached = sum(math.isfinite(s["d_to_target_sustained"]) for s in summaries)
         if c == "val_acc":  # the paper's cell is an accuracy in %
             row[f"paper_style_{target:g}"] = paper_cell((row[f"final_{c}"], row[f"final_{c}_std"]),
