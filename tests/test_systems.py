@@ -15,6 +15,7 @@ from fl_lightning import FederatedDataModule
 from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.errors import ConfigError
 from fl_lightning.systems import Population, RoundPolicy, RoundSimulator, SystemModel
+from fl_lightning.systems.budget import SimulatedTimeBudget
 from fl_lightning.systems.profiles import MBIT, samples_processed, steps_within
 from tests.conftest import fl_module, make_trainer
 from tests.test_resume import SmallConvNet, digit_images
@@ -241,3 +242,16 @@ def test_a_simulated_system_under_ddp_is_refused_before_any_run_folder():
     with pytest.raises(ConfigError, match="model.system: simulates one process's rounds"):
         check_trainer({"system": {"class_path": "fl_lightning.systems.model.SystemModel"}}, trainer)
     check_trainer({"system": None}, trainer)  # off: nothing to refuse
+
+
+def test_simulated_time_budget_stops_at_the_first_round_that_reaches_it(tmp_path):
+    speeds = [400.0, 300.0, 200.0, 100.0, 400.0, 300.0, 200.0, 100.0]
+    trace = write_trace(tmp_path / "t.csv", speeds)
+    module, data, rows = run(1, "probe", system=trace, clients_per_round=8)
+    slowest = expected_times(module, data, speeds, range(8)).max()  # every round: wait for all 8
+    _, _, rows = run(10, "budget", system=trace, clients_per_round=8,
+                     callbacks=[SimulatedTimeBudget(seconds=2.5 * slowest)])
+    assert [float(r["round"]) for r in rows] == [1.0, 2.0, 3.0]  # 2 × slowest < 2.5 × slowest ≤ 3 × slowest
+    assert float(rows[-1]["time/sim_s"]) == pytest.approx(3 * slowest)
+    with pytest.raises(ConfigError, match=r"SimulatedTimeBudget\(seconds=...\): must be > 0"):
+        SimulatedTimeBudget(seconds=0)
