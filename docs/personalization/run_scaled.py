@@ -8,12 +8,12 @@ Two phases:
 2. runs: every method with its kept value, seeds 0, 1, 2. pval/* is logged every ROUNDS/10 rounds, so the summary
    compares at equal rounds (the last) and at equal floats (each method's pval at FedBCGD-personal's total floats).
 
-  python docs/personalization/run_scaled.py OUT --scale reduced --jobs 2       # ~40 min on 2 cores
+  python docs/personalization/run_scaled.py OUT --scale reduced --jobs 2       # ~35-40 min on 2 cores
   python docs/personalization/run_scaled.py OUT --scale full --jobs 16         # 50 rounds
   python docs/personalization/summarise_scaled.py OUT                           # the table (markdown)
 
---scale full: 50 rounds. reduced: 12 rounds (rounds shrunk, data per client kept), search on ρ = 0.1 only (its
-choice used for all three partitions). --dry-run prints the commands; --pilot R: R rounds, seed 0, no search;
+--scale full: 50 rounds, three partitions. reduced: 12 rounds (rounds shrunk, data per client kept) and ρ = 0.1
+only — a fit's start-up (~40 s: data, model) leaves 2 cores no room for three partitions in ~40 min. --dry-run prints the commands; --pilot R: R rounds, seed 0, no search;
 --parts / --algs narrow the grid and --samples shrinks the clients (pilots only).
 Each fit runs as its own process with one thread (--threads 1); --jobs N run at a time.
 """
@@ -38,8 +38,8 @@ ALGORITHMS = ["fedavg", "local", "fedavg_ft", "fedbn", "fedper", "fedrep", "ditt
 # each method's own hyper-parameter and the values searched (methods not listed have none to tune here)
 SEARCH = {"fedavg_ft": ("finetune_epochs", [1, 5]), "fedrep": ("head_epochs", [1, 5]), "ditto": ("lam", [0.1, 1.0]),
           "apfl": ("alpha", [0.25, 0.75]), "fedbcgd_personal": ("server_momentum", [0.0, 0.8])}
-SCALES = {"full": {"rounds": 50, "search_partitions": list(PARTITIONS)},
-          "reduced": {"rounds": 12, "search_partitions": ["dirichlet0.1"]}}
+SCALES = {"full": {"rounds": 50, "partitions": list(PARTITIONS)},
+          "reduced": {"rounds": 12, "partitions": ["dirichlet0.1"]}}
 SEEDS, SEARCH_SEED = [0, 1, 2], 10
 # measured seconds of one FedAvg fit (one thread, 2 shared cores, 20 × 500 images, pval every round): start-up
 # (data, model) + rounds × per round; Ditto, APFL, FedRep (more epochs) and FedAvg-FT (fine-tuning) take longer
@@ -88,13 +88,14 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2, help="fits at a time, one thread each")
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--pilot", type=int, help="R rounds, seed 0, no search (a check that it runs)")
-    parser.add_argument("--parts", nargs="+", choices=tuple(PARTITIONS), default=list(PARTITIONS))
+    parser.add_argument("--parts", nargs="+", choices=tuple(PARTITIONS), help="default: the scale's")
     parser.add_argument("--algs", nargs="+", choices=ALGORITHMS, default=ALGORITHMS)
     parser.add_argument("--samples", type=int, default=500, help="images per client (500; smaller for a pilot only)")
     args = parser.parse_args()
     scale = dict(SCALES[args.scale])
+    args.parts = args.parts or scale["partitions"]
     rounds = args.pilot or scale["rounds"]
-    search = [] if args.pilot else [(part, alg, value) for part in scale["search_partitions"] if part in args.parts
+    search = [] if args.pilot else [(part, alg, value) for part in args.parts
                                      for alg, (_, values) in SEARCH.items() if alg in args.algs for value in values]
     seeds = [0] if args.pilot else SEEDS
     main_count = len(args.parts) * len(args.algs) * len(seeds)
@@ -114,12 +115,11 @@ def main() -> int:
     failed = [] if args.dry_run else run_all(search_cmds, args.jobs)
     chosen = {}
     for part in args.parts:
-        source = part if part in scale["search_partitions"] else scale["search_partitions"][0]
         for alg, (option, values) in SEARCH.items():
             if args.pilot or args.dry_run:
                 chosen[(part, alg)] = (option, values[0])
                 continue
-            scores = [final_pval(args.out / "search" / source / f"{alg},{option}={v},seed={SEARCH_SEED}")
+            scores = [final_pval(args.out / "search" / part / f"{alg},{option}={v},seed={SEARCH_SEED}")
                       for v in values]
             chosen[(part, alg)] = (option, values[scores.index(max(scores))])
     (args.out / "chosen.json").write_text(json.dumps({f"{p}/{a}": list(v) for (p, a), v in chosen.items()}))

@@ -19,8 +19,8 @@ Two phases per setting and profile:
 
 --scale full: CIFAR 100 clients × 500 images, R = 100; convex R = 150; all modes and arms.
 reduced: CIFAR 100 clients × 100 images (data shrunk too: 2 cores), R = 10, wait only, FedAvg/FedBCGD±momentum/
-FedPAQ — its CIFAR targets are out of reach at this budget; convex R = 60 (rounds shrunk), every mode and arm
-but FedBCGD+. --pilot R: R rounds, seed 0; --settings/--profiles/--modes narrow; --dry-run prints phase 2 as if
+FedPAQ — its CIFAR targets are out of reach at this budget; convex R = 60 (rounds shrunk), wait and FedBuff,
+FedAvg/FedBCGD±momentum/FedPAQ (fits' start-up, ~30-40 s each, leaves 2 cores no room for more in ~40 min). --pilot R: R rounds, seed 0; --settings/--profiles/--modes narrow; --dry-run prints phase 2 as if
 B = 1000 s and D = 10 s.
 """
 from __future__ import annotations
@@ -45,16 +45,17 @@ ARMS = {"fedavg": ["--model.algorithm", "fedavg"], "fedavgm": ["--model.algorith
         "fedbcgd_m0": ["--model.algorithm", "fedbcgd", "--model.algorithm.server_momentum", "0.0"],
         "fedpaq": ["--model.algorithm", "fedpaq"], "fedbcgd_plus": ["--model.algorithm", "fedbcgd_plus"]}
 SCALES = {
-    "full": {"cifar10_lenet5": {"rounds": 100, "args": [], "modes": MODES, "arms": list(ARMS)},
-             "convex_mnist_logreg": {"rounds": 150, "args": [], "modes": MODES, "arms": list(ARMS)}},
+    "full": {"cifar10_lenet5": {"rounds": 100, "args": [], "modes": MODES, "arms": list(ARMS), "cost": (40.0, 8.0)},
+             "convex_mnist_logreg": {"rounds": 150, "args": [], "modes": MODES, "arms": list(ARMS),
+                                     "cost": (30.0, 0.3)}},
     "reduced": {"cifar10_lenet5": {"rounds": 10, "args": ["--data.samples_per_client", "100"], "modes": ("wait",),
-                                   "arms": ["fedavg", "fedbcgd", "fedbcgd_m0", "fedpaq"]},
-                "convex_mnist_logreg": {"rounds": 60, "args": [], "modes": MODES,
-                                        "arms": ["fedavg", "fedavgm", "fedbcgd", "fedbcgd_m0", "fedpaq"]}}}
+                                   "arms": ["fedavg", "fedbcgd", "fedbcgd_m0", "fedpaq"], "cost": (40.0, 2.0)},
+                "convex_mnist_logreg": {"rounds": 60, "args": [], "modes": ("wait", "fedbuff"),
+                                        "arms": ["fedavg", "fedbcgd", "fedbcgd_m0", "fedpaq"],
+                                        "cost": (30.0, 0.3)}}}
+# "cost": measured seconds of one fit on one thread (2 shared cores): start-up, per round (FedAvg, wait)
 VAL_EVERY = {"cifar10_lenet5": {"wait": 2, "deadline": 2, "fedbuff": 10},
              "convex_mnist_logreg": {"wait": 1, "deadline": 1, "fedbuff": 4}}
-# measured seconds of one fit on one thread (2 shared cores): start-up + per round (FedAvg, wait; 500 images/client)
-COST = {"cifar10_lenet5": (40.0, 8.0), "convex_mnist_logreg": (15.0, 0.3)}
 FEDBUFF_STEPS_PER_ROUND = 4  # roughly: a FedBuff step takes a quarter of a wait-for-all round's simulated time
 SEEDS = (0, 1, 2)
 
@@ -126,8 +127,8 @@ def main() -> int:
                 if not (mode == "fedbuff" and arm == "fedbcgd_plus") and not (mode == "wait" and arm == "fedavg")]
             for s, spec in specs.items()}
     seconds = sum(len(seeds) * len(args.profiles) * (
-        (COST[s][0] + COST[s][1] * spec["rounds"]) * (1 + len(arms[s]))
-        + COST[s][1] * spec["rounds"] * (FEDBUFF_STEPS_PER_ROUND - 1) * sum(m == "fedbuff" for m, _ in arms[s]))
+        (spec["cost"][0] + spec["cost"][1] * spec["rounds"]) * (1 + len(arms[s]))
+        + spec["cost"][1] * spec["rounds"] * (FEDBUFF_STEPS_PER_ROUND - 1) * sum(m == "fedbuff" for m, _ in arms[s]))
         for s, spec in specs.items())
     fits = sum(len(seeds) * len(args.profiles) * (1 + len(arms[s])) for s in specs)
     print(f"scale {'pilot' if args.pilot else args.scale}: {fits} fits; expected ~{seconds / args.jobs / 60:.0f} min "
