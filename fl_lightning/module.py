@@ -88,7 +88,7 @@ class FederatedModule(pl.LightningModule):
         channels_last: lay image batches out channels-last (fl_lightning.federation.memory_format); None: for conv networks
             on the CPU, where it is faster.
         system: simulate clients' compute, network and availability on a virtual clock (fl_lightning.systems):
-            a profile name (uniform, mobile, slow_uplink), a .csv trace, or a SystemModel; None: off.
+            a profile name (uniform, mobile, slow_uplink, slow_compute), a .csv trace, or a SystemModel; None: off.
         round_policy: with a system: wait_for_all (default), deadline, over_selection, or a RoundPolicy
             (``--model.round_policy.deadline_s``, ``.beta``).
         asynchronous: with a system: ``fedbuff`` (``--model.asynchronous.buffer_size K``, ``.concurrency C``): buffered

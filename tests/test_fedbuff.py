@@ -31,11 +31,16 @@ class Launches(FLCallback):
     """Every launched client (in launch order) and every server step's aggregated update."""
 
     def __init__(self):
-        self.launches, self.updates = [], []
+        self.launches, self.updates, self.starts, self.samples = [], [], [], 0
+
+    def on_local_gradient(self, client):
+        self.samples += len(client.batch[1])  # the samples its steps went through, partial batches as they are
 
     def on_client_end(self, client):
         delta = (client.vector - client.global_vector).detach().clone()
-        self.launches.append((client.client_id, list(client.upload_ranges), delta, client.steps))
+        self.launches.append((client.client_id, list(client.upload_ranges), delta, self.samples))
+        self.starts.append(client.global_vector.detach().clone())
+        self.samples = 0
 
     def on_server_update(self, server):
         self.updates.append(server.update.detach().clone())
@@ -59,20 +64,21 @@ def fit(tmp_path, steps, algorithm="fedavg", name="fb", **hp):
 
 def replay(module, recorder, steps, concurrency=3, buffer_size=2):
     """The event queue by hand: launch i starts at the arrival that freed its slot; its time is the whole-model
-    download + steps × B / speed + its block's upload + 0.5 s latency (10 Mbit/s each way); ties: launch order."""
+    download + samples processed / speed + its block's upload + 0.5 s latency (10 Mbit/s each way); ties: launch
+    order. The client launched at the K-th arrival starts after that server step (staleness counted from it)."""
     bandwidth, numel = 10.0 * 1e6 / 8, module.flat.numel
-    duration = [4 * numel / bandwidth + s * BATCH / SPEEDS[c] + 4 * sum(b - a for a, b in r) / bandwidth + 0.5
-                for c, r, _, s in recorder.launches]
+    duration = [4 * numel / bandwidth + n / SPEEDS[c] + 4 * sum(b - a for a, b in r) / bandwidth + 0.5
+                for c, r, _, n in recorder.launches]
     queue = sorted((duration[i], i) for i in range(concurrency))  # a heap
     start, launched, times, updates = [0] * concurrency, concurrency, [], []
     for step in range(steps):
         total, count = torch.zeros(numel), torch.zeros(numel)
-        for _ in range(buffer_size):
+        for arrival in range(buffer_size):
             now, i = heapq.heappop(queue)
             in_flight = {recorder.launches[j][0] for _, j in queue}
             assert recorder.launches[launched][0] not in in_flight  # a new client is never one still in flight
             heapq.heappush(queue, (now + duration[launched], launched))
-            start.append(step)
+            start.append(step + (arrival == buffer_size - 1))
             launched += 1
             weight = (1 + step - start[i]) ** -0.5  # 1/sqrt(1 + staleness)
             for a, b in recorder.launches[i][1]:
@@ -90,6 +96,12 @@ def test_fedbuff_server_steps_are_the_staleness_weighted_buffer_at_its_kth_arriv
     assert len(recorder.launches) == launched == 3 + 4 * 2  # C at the start, one more after every arrival
     assert [float(r["time/sim_s"]) for r in rows] == pytest.approx(times, rel=1e-12)
     assert max(float(r["sys/staleness_max"]) for r in rows) >= 1  # some updates really were stale
+    # launches 3 and 4 come at step 1's two arrivals, 5 at step 2's first: 4 gets the model after step 1, as 5 does
+    assert torch.equal(recorder.starts[4], recorder.starts[5]) and not torch.equal(recorder.starts[3], recorder.starts[4])
+    if algorithm == "fedavg":  # x¹ = x⁰ + Δ̄ (η_g = 1, no server momentum)
+        d = module.flat.num_params
+        torch.testing.assert_close(recorder.starts[4][:d] - recorder.starts[3][:d], recorder.updates[0],
+                                   rtol=1e-5, atol=1e-6)
     for got, expected in zip(recorder.updates, updates):
         torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-7)
     with open("runs/fb/version_0/timeline.csv") as f:  # each step's K arrivals: the last one is the step's time

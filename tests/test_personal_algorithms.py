@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fl_lightning.algorithms import APFL, Ditto, FedAvgFT, FedBCGDPersonal, FedBN, FedPer, FedRep
+from fl_lightning.algorithms import APFL, Ditto, FedAvgFT, FedBCGDPersonal, FedBN, FedPer, FedRep, Local
 from fl_lightning.callbacks import FLCallback
 from fl_lightning.data.datamodule import ClientData
 from fl_lightning.errors import ConfigError
@@ -305,3 +305,33 @@ def sgd_step5(p, xb, yb):
     loss = F.cross_entropy(h @ leaves["4.weight"].T + leaves["4.bias"], yb)
     grads = dict(zip(leaves, torch.autograd.grad(loss, list(leaves.values()))))
     return {k: p[k] - LR * grads[k] for k in p}
+
+
+def test_local_each_client_trains_alone_and_nothing_moves_the_global_model(tmp_path):
+    rounds, epochs = 3, 2
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    two = data(sizes=(4, 3))
+    recorder = Recorder()
+    fed = ToyFederation(net, Local(), two, str(tmp_path), lr=LR, batch_size=2, local_epochs=epochs,
+                        extra_callbacks=[recorder])
+    x0 = as_dict(fed, fed.global_vector.clone())
+    for r in range(rounds):
+        fed.run_round(r)
+    close(fed.global_vector, as_vector(fed, x0))  # x^r = x^0: nothing uploaded, nothing averaged
+    assert fed.loop.comm.upload_bytes == 0
+    assert all(r["ranges"][i] == [] for r in recorder.rounds for i in range(2))
+    for i, (cx, cy) in enumerate(two):
+        batches = [b for r in recorder.rounds for b in r["batches"][i]]
+        assert len(batches) == rounds * epochs * math.ceil(len(cy) / 2)  # R × E epochs of its own data
+        assert sorted(torch.cat([yb for _, yb in batches[:2]]).tolist()) == sorted(cy.tolist())
+        y = dict(x0)
+        for xb, yb in batches:
+            y = sgd_step(y, xb, yb, list(y))
+        close(fed.client_row("personal_part", i), as_vector(fed, y))
+    evaluation = PersonalEvaluation(fed.flat, lambda n, a, b: F.cross_entropy(n(a), b), held_out(),
+                                    fed.loop.clients, fed.client_state, fed.callbacks, lambda t: t, 2, LR)
+    evaluation.client_ids = [0, 1]
+    accs = [accuracy(dict(zip(x0, [fed.client_row("personal_part", i)[s.start:s.stop].view(s.shape)
+                                   for s in fed.flat.segments])), *held_out().of(i)) for i in range(2)]
+    assert evaluation.run(fed.global_vector, rounds - 1)["pval/acc_mean"] == pytest.approx(sum(accs) / 2)

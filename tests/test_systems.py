@@ -15,7 +15,8 @@ from fl_lightning import FederatedDataModule
 from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.errors import ConfigError
 from fl_lightning.systems import Population, RoundPolicy, RoundSimulator, SystemModel
-from fl_lightning.systems.profiles import MBIT
+from fl_lightning.systems.budget import SimulatedTimeBudget
+from fl_lightning.systems.profiles import MBIT, samples_processed, steps_within
 from tests.conftest import fl_module, make_trainer
 from tests.test_resume import SmallConvNet, digit_images
 
@@ -44,14 +45,26 @@ def run(rounds, name, system=None, round_policy=None, ckpt_path=None, callbacks=
 
 
 def expected_times(module, data, speeds, ids):
-    """Hand-computed: download = upload = the whole model in fp32 (FedAvg), steps × B samples."""
+    """Hand-computed: download = upload = the whole model in fp32 (FedAvg); one local epoch: each of the client's
+    n samples once (its last batch of n − (⌈n/B⌉ − 1)·B samples charged as that, not as B)."""
     nbytes = module.flat.numel * 4
     bandwidth = 10.0 * 1e6 / 8
     out = []
     for cid in ids:
-        steps = math.ceil(data.clients.num_samples(cid) / BATCH)
-        out.append(nbytes / bandwidth + steps * BATCH / speeds[cid] + nbytes / bandwidth + 0.5)
+        out.append(nbytes / bandwidth + data.clients.num_samples(cid) / speeds[cid] + nbytes / bandwidth + 0.5)
     return np.array(out)
+
+
+def test_compute_is_charged_per_sample_processed_partial_batches_included():
+    # 7 samples at B = 64 and 10 samples/s: one step of 7 samples, 0.7 s (not 64 / 10 = 6.4 s)
+    assert samples_processed([1], [7], 64).tolist() == [7]
+    pop = Population(np.array([10.0]), np.array([1e9]), np.array([1e9]), np.zeros(1), np.full(1, np.inf),
+                     np.zeros(1), np.zeros(1))
+    assert pop.client_segments([0], [0], [0], samples_processed([1], [7], 64))[0, 1] == pytest.approx(0.7)
+    # 70 samples at B = 32: epochs of 32 + 32 + 6; 5 steps = one epoch (70) + 2 full batches (64) = 134 samples
+    assert samples_processed([0, 1, 2, 3, 5, 6], [70] * 6, 32).tolist() == [0, 32, 64, 70, 134, 140]
+    # the steps that fit a sample budget: 69.9 samples → 2 steps (64); 70 → 3; 133 → 4 (102 ≤ 133 < 134); 134 → 5
+    assert steps_within([69.9, 70.0, 133.0, 134.0, 10.0], [70] * 5, 32).tolist() == [2, 3, 4, 5, 0]
 
 
 def test_client_time_is_bytes_over_bandwidth_plus_compute_plus_latency():
@@ -126,9 +139,10 @@ def test_deadline_run_drops_the_late_clients_and_its_timeline_has_each_client(tm
     assert [r["status"] for r in timeline[:8]] == ["aggregated"] * 4 + ["straggler"] * 4
     nbytes, bandwidth = module.flat.numel * 4, 10.0 * 1e6 / 8
     for row, total in zip(timeline, np.concatenate([times, times])):
-        steps = int(row["steps"])
+        cid = int(row["client_id"])
+        assert int(row["steps"]) == math.ceil(data.clients.num_samples(cid) / BATCH)
         segments = [float(row[k]) for k in ("download_s", "compute_s", "upload_s", "latency_s")]
-        assert segments == pytest.approx([nbytes / bandwidth, steps * BATCH / speeds[int(row["client_id"])],
+        assert segments == pytest.approx([nbytes / bandwidth, data.clients.num_samples(cid) / speeds[cid],
                                           nbytes / bandwidth, 0.5])
         assert float(row["end_s"]) - float(row["start_s"]) == pytest.approx(total)
     assert {float(r["start_s"]) for r in timeline[8:]} == {float(rows[0]["time/sim_s"])}  # round 2 starts there
@@ -228,3 +242,16 @@ def test_a_simulated_system_under_ddp_is_refused_before_any_run_folder():
     with pytest.raises(ConfigError, match="model.system: simulates one process's rounds"):
         check_trainer({"system": {"class_path": "fl_lightning.systems.model.SystemModel"}}, trainer)
     check_trainer({"system": None}, trainer)  # off: nothing to refuse
+
+
+def test_simulated_time_budget_stops_at_the_first_round_that_reaches_it(tmp_path):
+    speeds = [400.0, 300.0, 200.0, 100.0, 400.0, 300.0, 200.0, 100.0]
+    trace = write_trace(tmp_path / "t.csv", speeds)
+    module, data, rows = run(1, "probe", system=trace, clients_per_round=8)
+    slowest = expected_times(module, data, speeds, range(8)).max()  # every round: wait for all 8
+    _, _, rows = run(10, "budget", system=trace, clients_per_round=8,
+                     callbacks=[SimulatedTimeBudget(seconds=2.5 * slowest)])
+    assert [float(r["round"]) for r in rows] == [1.0, 2.0, 3.0]  # 2 × slowest < 2.5 × slowest ≤ 3 × slowest
+    assert float(rows[-1]["time/sim_s"]) == pytest.approx(3 * slowest)
+    with pytest.raises(ConfigError, match=r"SimulatedTimeBudget\(seconds=...\): must be > 0"):
+        SimulatedTimeBudget(seconds=0)

@@ -26,6 +26,7 @@ from fl_lightning.algorithms.ditto import Ditto  # isort: skip
 from fl_lightning.algorithms.apfl import APFL  # isort: skip
 from fl_lightning.algorithms.fedrep import FedRep  # isort: skip
 from fl_lightning.algorithms.fedbcgd_personal import FedBCGDPersonal  # isort: skip
+from fl_lightning.algorithms.local import Local  # isort: skip
 from fl_lightning.algorithms.centralized import Centralized  # isort: skip
 from fl_lightning.compression import CODECS  # noqa: E402
 from fl_lightning.compression.codecs import Codec  # noqa: E402
@@ -46,5 +47,5 @@ def create(name: str) -> tuple[Algorithm, "Codec | None"]:
 
 __all__ = ["APFL", "REGISTRY", "Algorithm", "Centralized", "Ditto", "Entry", "FedAdam", "FedAvg", "FedAvgFT", "FedAvgM",
            "FedBCGD", "FedBCGDFreezing", "FedBCGDPersonal", "FedBCGDPlus", "FedBN", "FedDC", "FedDyn", "FedNova",
-           "FedPer", "FedProx", "FedRep", "FedYogi", "SCAFFOLD",
+           "FedPer", "FedProx", "FedRep", "FedYogi", "Local", "SCAFFOLD",
            "algorithms_with", "create", "get", "register", "register_preset"]

@@ -53,6 +53,16 @@ def check_schedule(every: Optional[int], clients: Optional[int]) -> None:
         raise ConfigError("model.personal_eval_clients", f"must be ≥ 1, got {clients}; unset: every client")
 
 
+def evaluated_clients(num_clients: int, sample: Optional[int], new_clients: Sequence[int] = ()) -> list[int]:
+    """The clients pval/* evaluates: all, or ``model.personal_eval_clients`` of them drawn once from the run
+    seed; less the clients held out of training (``model.personal_new_clients``)."""
+    if sample is None or sample >= num_clients:
+        ids = list(range(num_clients))
+    else:
+        ids = sorted(np.random.default_rng(derive_seed(SAMPLE_KEY)).choice(num_clients, sample, replace=False).tolist())
+    return [cid for cid in ids if cid not in set(new_clients)]
+
+
 def summarise(accuracies: list[float], losses: list[float], prefix: str = "pval") -> dict[str, float]:
     acc = np.asarray(accuracies, dtype=np.float64)
     return {f"{prefix}/acc_mean": float(acc.mean()), f"{prefix}/acc_std": float(acc.std()),
@@ -70,14 +80,8 @@ class PersonalEvaluation:
         self.client_state, self.eval_transform, self.batch_size, self.lr = client_state, eval_transform, batch_size, lr
         self.callbacks = [cb for cb in callbacks if hasattr(cb, "personalize")]
         self.every = every
-        num = len(held_out)
-        if sample is None or sample >= num:
-            self.client_ids = list(range(num))
-        else:
-            self.client_ids = sorted(np.random.default_rng(derive_seed(SAMPLE_KEY)).choice(num, sample,
-                                                                                           replace=False).tolist())
         self.new_clients, self.new_epochs = list(new_clients), new_epochs
-        self.client_ids = [cid for cid in self.client_ids if cid not in set(self.new_clients)]  # trained ones
+        self.client_ids = evaluated_clients(len(held_out), sample, self.new_clients)
         self.round = 0
 
     def due(self, rounds_done: int, last: bool) -> bool:

@@ -30,6 +30,7 @@ from typing import Optional
 import yaml
 
 from fl_lightning.errors import ConfigError, check_accuracy
+from fl_lightning.runs.baselines import LOCAL_KEYS, PRIOR_KEYS, add_baselines
 from fl_lightning.runs.figures import AXES, X_AXES, colour_of, finish
 from fl_lightning.runs.identity import identity_settings, read_run_id, run_id
 from fl_lightning.runs.pval_histogram import write_histogram
@@ -259,6 +260,7 @@ def table(groups: dict[str, list[dict]], target: float, window: int, budgets: li
         if all("final_pval_acc_mean" in s for s in summaries):  # issue 33: personalised accuracy, mean ± std
             keys += ["final_pval_acc_mean", "final_pval_acc_p10", "final_pval_acc_std"]
             keys += ["final_pval_new_acc_mean"] if all("final_pval_new_acc_mean" in s for s in summaries) else []
+            keys += [k for k in PRIOR_KEYS + LOCAL_KEYS if all(k in s for s in summaries)]  # runs.baselines
         for key in keys:
             row[key], row[f"{key}_std"] = mean_std([s[key] for s in summaries])
         if "sampling" in summaries[0]:
@@ -389,9 +391,13 @@ def main(args: list[str]) -> int:
     if not curves:
         raise ConfigError("report", f"no run with metrics under {', '.join(map(str, options.runs))} "
                           "(a run is a folder with version_N/metrics.csv)")
-    groups = group_runs({run: read_settings(runs[run]) for run in curves}, by_dir=options.label == "dir")
+    settings = {run: read_settings(runs[run]) for run in curves}
+    groups = group_runs(settings, by_dir=options.label == "dir")
     summaries = {label: [summarise(curves[r], options.target, options.window, budgets, metric, mode) for r in runs]
                  for label, runs in groups.items()}
+    for line in add_baselines({label: [(runs[r], settings[r]) for r in members] for label, members in groups.items()},
+                              summaries):
+        print(f"fl-lightning report: {line}")
     print(write_tables(table(summaries, options.target, options.window, budgets, metric), options.out,
                        options.target, options.window, mode), end="")
     plot({label: [curves[r] for r in runs] for label, runs in groups.items()}, options.out, options.target,

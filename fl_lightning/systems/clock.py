@@ -3,9 +3,10 @@
 A round starts at the clock's time t. Only clients available at t can be sampled (if none is, the
 clock first moves to the earliest time one comes online). Each sampled client's simulated time is
 
-    download bytes / downlink + steps × batch size / speed + upload bytes / uplink + latency
+    download bytes / downlink + samples processed / speed + upload bytes / uplink + latency
 
-with the exact bytes the loop counted (codecs and block uploads included). The round policy
+with the exact bytes the loop counted (codecs and block uploads included) and the samples its local
+steps went through (``samples_processed``: a partial last batch of an epoch counts its own samples). The round policy
 (fl_lightning.systems.policies) picks the aggregated clients and the round's duration; the clock
 advances by it. Logged per round: ``time/sim_s`` (cumulative), ``time/sim_round_s``,
 ``sys/stragglers`` (sampled clients that finished but were not aggregated), ``sys/idle_s`` (mean
@@ -21,7 +22,7 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from fl_lightning.systems.policies import RoundPolicy
-from fl_lightning.systems.profiles import Population, total_seconds
+from fl_lightning.systems.profiles import Population, samples_processed, steps_within, total_seconds
 
 
 # timeline.csv: one row per client per round (FedBuff: per arrival, ``round`` = the server step it joined);
@@ -83,7 +84,8 @@ class RoundSimulator:
         upload = [4 * sum(stop - start for start, stop in task.upload_ranges) for task in tasks]
         transfer = self.population.client_times(ids, [4 * numel] * len(tasks), upload, [0] * len(tasks))
         spare = np.maximum(self.policy.deadline_s - transfer, 0.0)
-        steps = np.floor(spare * self.population.speed[ids] / self.batch_size * (1 - 1e-12))
+        sizes = [task.num_samples for task in tasks]
+        steps = steps_within(spare * self.population.speed[ids] * (1 - 1e-12), sizes, self.batch_size)
         for task, budget in zip(tasks, steps.tolist()):
             task.max_steps = int(budget)
             task.lost = task.lost or task.max_steps == 0
@@ -103,7 +105,8 @@ class RoundSimulator:
         ids = [t.client_id for t in tasks]
         segments = self.population.client_segments(ids, [c.download.nbytes for c in clients],
                                                    [c.upload.nbytes for c in clients],
-                                                   [c.steps * self.batch_size for c in clients])
+                                                   samples_processed([c.steps for c in clients],
+                                                                     [t.num_samples for t in tasks], self.batch_size))
         times = total_seconds(segments)  # = Population.client_times
         arrived = np.array([not t.lost for t in tasks], dtype=bool)
         accepted, duration = self.policy.select(times, arrived, per_round)

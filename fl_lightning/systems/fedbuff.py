@@ -10,6 +10,9 @@ aggregation). ``--model.asynchronous fedbuff --model.asynchronous.buffer_size K
 * Whenever a client finishes, a new one starts from the current global model: sampled (seeded by its
   launch number) among the clients available then and not in flight; if there is none, the launch is
   retried at the next arrival (and the clock waits for the first one online if nothing is in flight).
+  At the arrival that fills the buffer the server steps first and the new client launches after, with
+  the stepped model (τ = 0 for it): FedBuff's server updates as soon as K updates are buffered and a
+  client downloads the model current when it starts (Nguyen et al. 2022, Algorithm 1).
 * After every K arrived updates the server steps its optimizer on Δ̄ = Σ_i w_i s(τ_i) Δ_i / Σ_i w_i
   per coordinate (w_i: n_i with weighted aggregation, else 1; a FedBCGD block update carries its block,
   so each coordinate is averaged over the arrivals that sent it, as FedBCGD's synchronous averaging
@@ -45,7 +48,7 @@ from fl_lightning.errors import ConfigError
 from fl_lightning.federation.contexts import ClientTask, RoundContext
 from fl_lightning.federation.seeding import Purpose, derive_seed
 from fl_lightning.systems.clock import VirtualClock, timeline_rows
-from fl_lightning.systems.profiles import total_seconds
+from fl_lightning.systems.profiles import samples_processed, total_seconds
 
 ASYNC_STREAM = 0xA5C  # derive_seed(ASYNC_STREAM, launch, ...): the launches' draws
 
@@ -133,7 +136,8 @@ class FedBuff:
         parts = [(p.channel, list(p.ranges), p.values().detach().clone()) for p in client.upload.parts]
         started = time.perf_counter()
         up, down = client.upload.nbytes, client.download.nbytes
-        duration = float(self.population.client_times([client_id], [down], [up], [client.steps * self.batch_size])[0])
+        samples = samples_processed([client.steps], [task.num_samples], self.batch_size)
+        duration = float(self.population.client_times([client_id], [down], [up], samples)[0])
         heapq.heappush(self.queue, (self.clock.now_s + duration, k, client_id, self.server_steps, float(client.weight),
                                     client.steps, float(loss_sum), down, up, parts))
         self.launched += 1
@@ -173,22 +177,25 @@ class FedBuff:
             uploads.append(up)
             downloads.append(down)
             taus.append(tau)
-            self._fill(loop)
+            if len(taus) < self.options.buffer_size:
+                self._fill(loop)
         loop.comm.add_round(uploads, downloads)
         loop.server_update(step_idx, received)
-        loop.flat.load(loop.global_vector)
         self.server_steps += 1
-        self.timeline = self._timeline(step_idx, arrivals)
+        self._fill(loop)  # the client launched at the K-th arrival starts from the model after this step
+        loop.flat.load(loop.global_vector)
+        self.timeline = self._timeline(step_idx, arrivals, loop.clients.num_samples)
         self.last = {"time/sim_s": self.clock.now_s, "time/sim_round_s": self.clock.now_s - started_s,
                      "sys/staleness_mean": float(np.mean(taus)), "sys/staleness_max": float(max(taus)),
                      "sys/in_flight": float(len(self.queue)),
                      "sys/available": float(self.population.available(self.clock.now_s).sum())}
         return loss / steps
 
-    def _timeline(self, step_idx: int, arrivals: list[tuple]) -> list[dict]:
+    def _timeline(self, step_idx: int, arrivals: list[tuple], num_samples) -> list[dict]:
         """The step's K arrivals as timeline rows: each started at its arrival minus its simulated time."""
         ids, finish, steps, down, up = (list(column) for column in zip(*arrivals))
-        segments = self.population.client_segments(ids, down, up, [n * self.batch_size for n in steps])
+        samples = samples_processed(steps, [num_samples(cid) for cid in ids], self.batch_size)
+        segments = self.population.client_segments(ids, down, up, samples)
         starts = np.asarray(finish) - total_seconds(segments)
         return timeline_rows(step_idx, ids, starts, segments, steps, ["aggregated"] * len(ids), self.clock.now_s)
 

@@ -21,7 +21,7 @@ class SystemModel:
     """Every client's compute speed, bandwidths, latency and availability.
 
     Args:
-        profile: a named profile: uniform, mobile, slow_uplink (fl_lightning.systems.profiles).
+        profile: a named profile: uniform, mobile, slow_uplink, slow_compute (fl_lightning.systems.profiles).
         trace: a CSV file with one row per device (fl_lightning.systems.traces); replaces the profile.
         compute_scale: multiplies every client's compute speed (e.g. a model 4× as costly: 0.25).
         always_available: ignore the availability cycles (every client always online).

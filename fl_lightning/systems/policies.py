@@ -12,7 +12,8 @@ given each one's simulated finishing time, and when the round ends.
   the first S to finish (ties: plan order); the rest are stragglers. The round ends when the S-th
   finished (or at the deadline, if fewer than S made it).
 * ``partial_work`` (with a deadline): a client does the local steps that fit before the deadline instead
-  of all of them — k_i = ⌊(deadline − its transfer and latency time) · speed / B⌋, with the transfer of a
+  of all of them — the most steps k_i whose samples fit in (deadline − its transfer and latency time) · speed
+  (fl_lightning.systems.profiles.steps_within; a partial last batch counts its own samples), with the transfer of a
   whole-model download and an uncompressed model-update upload (a client's estimate before it trains) —
   and its partial update is aggregated; one that cannot fit a single step is a straggler. FedNova's τ_i
   then really differ.

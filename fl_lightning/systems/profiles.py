@@ -15,9 +15,17 @@ profile    compute (samples/s)      uplink (Mbit/s)              downlink (Mbit/
 uniform    100                      10                           10                           0            always
 mobile     lognormal(med 50, σ 0.8) lognormal(med 2, σ 1.0)      lognormal(med 10, σ 1.0)     lognorm(0.1, 0.5)  on ~ Exp(600 s), off ~ Exp(1200 s)
 slow_uplink lognormal(med 100, σ 0.5) lognormal(med 0.5, σ 1.0) lognormal(med 10, σ 0.5)     lognorm(0.05, 0.5) always
+slow_compute lognormal(med 5, σ 0.8)  lognormal(med 20, σ 0.5)     lognormal(med 50, σ 0.5)     lognorm(0.05, 0.5) always
 ========== ======================== ============================ ============================ ============ =======================
 
-(σ: of the natural log.) Availability is a per-client periodic on/off cycle: on for ``on_s``, off for
+(σ: of the natural log.) What the profiles imitate of FedScale's measurements: the spread of device
+speeds and of bandwidths (log-normal, one to two orders of magnitude between the fastest and slowest
+tenth) and, in ``mobile`` only, that a device is online a minority of the time (here 1/3 on average).
+``slow_uplink`` makes the upload the bottleneck of a round (a LeNet-5 update takes seconds to upload,
+its local epoch a fraction of that); ``slow_compute`` is its control, where local training is (a
+500-sample epoch takes ~100 s on the median client, the same update ~0.1 s to upload), so a method
+that sends fewer floats gains little time there. Compute is charged per sample processed
+(``samples_processed``): a partial last batch costs its own samples, not a full batch. Availability is a per-client periodic on/off cycle: on for ``on_s``, off for
 ``off_s``, shifted by a phase drawn uniformly in the cycle; client i is available at simulated time
 t iff ``(t + phase_i) mod (on_i + off_i) < on_i``.
 """
@@ -38,6 +46,8 @@ PROFILES: dict[str, dict] = {
                    on_s=600.0, off_s=1200.0),
     "slow_uplink": dict(speed=(100.0, 0.5), up_mbps=(0.5, 1.0), down_mbps=(10.0, 0.5), latency_s=(0.05, 0.5),
                         on_s=None, off_s=None),
+    "slow_compute": dict(speed=(5.0, 0.8), up_mbps=(20.0, 0.5), down_mbps=(50.0, 0.5), latency_s=(0.05, 0.5),
+                         on_s=None, off_s=None),
 }
 
 COLUMNS = ("speed", "up_Bps", "down_Bps", "latency_s", "on_s", "off_s", "phase_s")
@@ -89,6 +99,23 @@ class Population:
     def client_times(self, ids, download_bytes, upload_bytes, samples) -> np.ndarray:
         """Simulated seconds for each client of a round: the sum of its ``client_segments``, in their order."""
         return total_seconds(self.client_segments(ids, download_bytes, upload_bytes, samples))
+
+
+def samples_processed(steps, num_samples, batch_size: int) -> np.ndarray:
+    """The samples a client's ``steps`` local steps went through: epochs of ⌈n/B⌉ minibatches of its n
+    samples, the last of each epoch holding the n − (⌈n/B⌉ − 1)·B left (7 samples at B = 64: one step,
+    7 samples)."""
+    steps, n = np.asarray(steps, dtype=np.int64), np.asarray(num_samples, dtype=np.int64)
+    per_epoch = np.maximum(-(-n // batch_size), 1)
+    return (steps // per_epoch) * n + (steps % per_epoch) * batch_size
+
+
+def steps_within(samples, num_samples, batch_size: int) -> np.ndarray:
+    """The most local steps whose ``samples_processed`` is at most ``samples`` (a float budget)."""
+    budget, n = np.asarray(samples, dtype=np.float64), np.asarray(num_samples, dtype=np.int64)
+    per_epoch = np.maximum(-(-n // batch_size), 1)
+    epochs = np.floor(budget / np.maximum(n, 1))
+    return (epochs * per_epoch + np.floor((budget - epochs * n) / batch_size)).astype(np.int64)
 
 
 def total_seconds(segments: np.ndarray) -> np.ndarray:
