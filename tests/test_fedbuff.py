@@ -119,6 +119,24 @@ def test_fedbuff_refuses_what_does_not_combine_in_one_line(tmp_path):
     fl_module(net, "topk", error_feedback=False, system="uniform", asynchronous="fedbuff")  # stateless: accepted
     with pytest.raises(ConfigError, match=r"^model.asynchronous.buffer_size: must be an integer ≥ 1"):
         Asynchronous(buffer_size=0)
+    with pytest.raises(ConfigError, match=r"^model.asynchronous.buffer_size: K=6 exceeds concurrency C=5: .*choose "
+                                          r"K ≤ C$"):
+        Asynchronous(buffer_size=6, concurrency=5)
+
+
+@pytest.mark.parametrize("options,message", [
+    (["--model.asynchronous.concurrency", "50"], "model.asynchronous.concurrency: C=50 clients in flight exceeds "
+                                                 "data.num_clients M=20; choose C ≤ M"),
+    (["--model.asynchronous.buffer_size", "30"], "model.asynchronous.buffer_size: K=30 exceeds concurrency C=20: "
+                                                 "a server step waits for K of the C clients in flight; choose K ≤ C"),
+])
+def test_fedbuff_sizes_beyond_the_clients_are_refused_before_any_run_directory(options, message, capsys):
+    from fl_lightning.cli import main
+    config = str(Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml")
+    code = main(["fit", "--config", config, "--model.system", "uniform", "--model.algorithm", "fedavg",
+                 "--model.asynchronous", "fedbuff", *options])
+    assert code == 2 and capsys.readouterr().err.strip().splitlines() == [f"fl-lightning: error: {message}"]
+    assert not os.path.exists("runs")
 
 
 def cli(name, *extra):

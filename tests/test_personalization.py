@@ -126,11 +126,30 @@ def test_personal_parts_are_not_uploaded_and_fedavg_is_evaluated_per_client():
      "FedPer(personal_layers=...)", "has no module 'nope'"),
     (["--model.algorithm", "fedbcgd_personal", "--model.algorithm.personal_blocks", "[shared, 7]"],
      "FedBCGDPersonal(personal_blocks=...)", "block 7 of a division with 5 blocks"),
+    (["--model.algorithm", "fedbcgd_personal", "--model.algorithm.personal_blocks", "[1, 2, 3, 4, 5]"],
+     "FedBCGDPersonal(personal_blocks=...)", "all 5 blocks are personal: nothing would be federated"),
+    (["--model.algorithm", "fedrep", "--model.network.init_args.hidden", "[]"], "model.algorithm",
+     "fedrep keeps ['head'] on each client, but they hold every parameter of MLP: nothing would be federated"),
+    (["--model.algorithm", "fedper", "--model.network.init_args.hidden", "[]"], "model.algorithm",
+     "fedper keeps ['head'] on each client, but they hold every parameter of MLP"),
+    (["--model.personal_eval_every", "2"], "model.personal_eval_every", "set data.personal_fraction"),
+    (["--model.personal_eval_clients", "5"], "model.personal_eval_clients", "set data.personal_fraction"),
 ])
 def test_bad_personalisation_input_is_one_line(args, field, fix, capsys):
     code = main(["fit", "--config", QUICKSTART, "--trainer.max_epochs", "1", *QUIET, *args])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and field in err[0] and fix in err[0], err
+    assert not os.path.exists("runs")  # refused before any run directory
+
+
+def test_personal_algorithm_without_held_out_data_says_so_once(capsys):
+    code = main(["fit", "--config", QUICKSTART, "--trainer.max_epochs", "1", *QUIET, "--model.algorithm", "fedper",
+                 "--model.local_epochs", "1"])
+    out = capsys.readouterr().out.splitlines()
+    assert code == 0
+    assert [line for line in out if "pval" in line] == [
+        "fl-lightning: fedper keeps a personal model on each client, but no client holds data out: no personal "
+        "metric (pval/*) will be logged; set data.personal_fraction (e.g. 0.2) for it"]
 
 
 class Sampled(FLCallback):
