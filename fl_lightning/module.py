@@ -33,7 +33,7 @@ from fl_lightning.federation.flat import FlatModel
 from fl_lightning.federation.parallel import ClientThreads
 from fl_lightning.federation.user_module import LoggedValues, is_lightning, network_optimizer, overrides
 from fl_lightning.module_options import check_compatible, check_trainer, settle_options
-from fl_lightning.runs.python_api import prepare, summary
+from fl_lightning.runs.python_api import prepare, steps_word, summary
 from fl_lightning.federation.round_log import RoundLog
 from fl_lightning.runs.files import run_dirs, wandb_id, write_start_files
 from fl_lightning.runs.plot import write_curve
@@ -230,7 +230,7 @@ class FederatedModule(pl.LightningModule):
             print(line)
         datamodule = self.trainer.datamodule
         write_curve(self.trainer, self.rounds.curve, f"{self.algorithm.name}, {datamodule.dataset}, "
-                    f"{self.current_epoch} rounds", val_is_test=datamodule.split.val_x is None)
+                    f"{self.current_epoch} {steps_word(self)}", val_is_test=datamodule.split.val_x is None)
 
     def on_train_start(self):
         start_rounds(self)  # client-state store, round loop, simulator, per-client evaluation (federation.session)

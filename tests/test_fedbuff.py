@@ -161,7 +161,8 @@ def logged(name):
 
 def test_fedbuff_resumes_exactly_after_a_sigkill_mid_run():
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run(cli("full"), env=env, check=True, capture_output=True)
+    done = subprocess.run(cli("full"), env=env, check=True, capture_output=True, text=True)
+    assert done.stdout.splitlines()[-1].startswith("fl-lightning: 5 server steps, final val/acc ")  # not "rounds"
     with open("stderr.txt", "w") as stderr:
         process = subprocess.Popen(cli("killed"), env=env, stdout=subprocess.DEVNULL, stderr=stderr)
     deadline, saved = time.monotonic() + 120, lambda: glob.glob("runs/killed/version_0/checkpoints/epoch=[1-9]*")
