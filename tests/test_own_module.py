@@ -97,3 +97,26 @@ def test_fl_callback_on_a_plain_trainer_says_so():
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 64), torch.zeros(8).long()))
     with pytest.raises(FLUserError, match=r"^Proximal acts only inside federated rounds.*LoggingClassifier"):
         trainer.fit(LoggingClassifier(), data)
+
+
+PLAIN_SCRIPT = """
+import pytorch_lightning as pl, torch
+from fl_lightning.callbacks import Proximal
+from tests.test_own_module import LoggingClassifier
+data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 64), torch.zeros(8).long()))
+pl.Trainer(max_epochs=1, callbacks=[Proximal(0.1)], logger=False, enable_checkpointing=False,
+           enable_progress_bar=False, enable_model_summary=False).fit(LoggingClassifier(), data)
+"""
+
+
+def test_fl_callback_on_a_plain_trainer_in_a_script_is_one_line_and_exit_code_2():
+    """docs/callbacks_outside_fl_lightning.md: a script that does not catch the refusal gets one line, no traceback."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    done = subprocess.run([sys.executable, "-c", PLAIN_SCRIPT], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1], env={"OMP_NUM_THREADS": "1", "PATH": ""})
+    errors = [line for line in done.stderr.splitlines() if "Traceback" in line or line.startswith("fl-lightning")]
+    assert done.returncode == 2 and errors == [
+        "fl-lightning: error: Proximal acts only inside federated rounds, but the Trainer fits a LoggingClassifier; "
+        "fit fl_lightning.FederatedModule(network=your_model) instead"], done.stderr
