@@ -182,3 +182,16 @@ def test_kept_runs_are_whole_runs_apart_from_the_run_directories(capsys):
     (half / "config.yaml").write_text("seed_everything: 0\n")
     assert main([*base, "--keep", "kept", "--print"]) == 0
     assert "--seed_everything 0" in capsys.readouterr().out  # not kept: it would run again
+
+
+def test_sweep_stops_after_the_first_run_refused_for_its_configuration(capsys):
+    """An error only the fit finds (shards that a class cannot fill): the first run says it, no other starts."""
+    code = main(["sweep", "--config", QUICKSTART, "--grid", "seed_everything=0,1,2", "--data.partition", "shards",
+                 "--trainer.max_epochs", "1", *QUIET])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert code == 2
+    assert out[-1] == ("fl-lightning sweep: stopped: seed_everything=0 was refused (data.samples_per_client: 64 samples "
+                       "per client (data.samples_per_client unset: the 1293 samples over 20 clients) with 2 classes "
+                       "each need more samples of a class than the data has; set --data.samples_per_client 60 (or "
+                       "less) or lower data.num_clients); 2 runs not started; fix it and run the sweep again")
+    assert sorted(p.name for p in Path("runs/quickstart/.sweep").iterdir()) == ["seed_everything=0.log"]
