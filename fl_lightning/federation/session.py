@@ -61,6 +61,10 @@ def start_rounds(module) -> None:
               f"thread(s) each, of {torch.get_num_threads()}")
     if module._restored is not None:
         module.loop.comm.load_state_dict(module._restored["comm"])
+    loader_batch = getattr(trainer.datamodule, "loader_batch_size", None)
+    if loader_batch is not None and loader_batch != hp.batch_size and trainer.is_global_zero:
+        print(f"fl-lightning: clients train on minibatches of model.batch_size {hp.batch_size}, not your DataLoader's "
+              f"batch_size {loader_batch}; set --model.batch_size {loader_batch} (model.batch_size) to keep yours")
     held_out = getattr(trainer.datamodule, "personal", None)
     if held_out is None and trainer.is_global_zero and any(hasattr(cb, "personalize") for cb in fl_callbacks):
         print(f"fl-lightning: {module.algorithm.name} keeps a personal model on each client, but no client holds "
