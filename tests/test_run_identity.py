@@ -34,8 +34,8 @@ def test_a_numeric_callback_makes_another_run_resumed_and_reported_apart(capsys)
     assert f"resuming from {plain}/version_0/checkpoints/" in capsys.readouterr().out
     assert fit("--trainer.max_epochs", "3", "--ckpt_path", "last", *PROXIMAL) == 0
     assert f"resuming from {proximal}/version_0/checkpoints/" in capsys.readouterr().out
-    assert read_run_id(proximal / "version_1" / "config.yaml") == ids[1]
-    assert not (plain / "version_2").exists() and not (proximal / "version_2").exists()
+    assert read_run_id(proximal / "version_0" / "config.yaml") == ids[1]  # resumed in its checkpoint's folder
+    assert not (plain / "version_1").exists() and not (proximal / "version_1").exists()
     assert main(["report", "runs/quickstart", "--target", "0.2", "--out", "table"]) == 0
     assert "2 runs in 2 groups" in capsys.readouterr().out
     rows = Path("table.csv").read_text().splitlines()
@@ -81,7 +81,7 @@ def test_a_moved_data_folder_resumes_and_other_data_under_its_name_is_refused(tm
     shutil.move(tmp_path / "pets", tmp_path / "moved")
     capsys.readouterr()
     assert fit(*data, "--data.root", str(tmp_path / "moved"), "--trainer.max_epochs", "2", "--ckpt_path", "last") == 0
-    assert "resuming from" in capsys.readouterr().out and os.path.isdir(os.path.join(run, "version_1"))
+    assert "resuming from" in capsys.readouterr().out and not os.path.isdir(os.path.join(run, "version_1"))
     shutil.copyfile(tmp_path / "moved" / "train" / "dog" / "0000.png", tmp_path / "moved" / "train" / "cat" / "0000.png")
     capsys.readouterr()
     code = fit(*data, "--data.root", str(tmp_path / "moved"), "--trainer.max_epochs", "3", "--ckpt_path", "last")

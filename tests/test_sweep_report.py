@@ -59,8 +59,8 @@ def test_sweep_runs_skips_finished_resumes_interrupted_and_reports(capsys):
         (runs / ".sweep" / f"seed_everything={seed}.done").unlink()
     assert main([*sweep, "--trainer.max_epochs", "3"]) == 0  # each resumes from its checkpoint: only round 3 runs
     resumed = runs / "seed_everything=1"
-    with open(resumed / "version_1" / "metrics.csv") as f:
-        assert [row["round"] for row in csv.DictReader(f)] == ["3.0"]
+    with open(resumed / "version_0" / "metrics.csv") as f:  # resumed in its checkpoint's folder
+        assert [row["round"] for row in csv.DictReader(f)] == ["1.0", "2.0", "3.0"]
     assert [r["round"] for r in read_curve(pieces(resumed))] == [1.0, 2.0, 3.0]  # the versions joined into one curve
 
     capsys.readouterr()
