@@ -206,7 +206,7 @@ class FederatedDataModule(pl.LightningDataModule):
         while hasattr(source, "dataset"):  # a DataLoader, Subsets: named by the data set they draw from
             source = source.dataset
         datamodule.dataset = type(source).__name__
-        datamodule.loader_batch_size = getattr(train_dataset, "batch_size", None)  # a DataLoader's: model.batch_size rules
+        datamodule.loader_batch_size = getattr(train_dataset, "batch_size", None)  # model.batch_size rules
         datamodule.split = split
         return datamodule
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import os
+import shutil
 import warnings
 from pathlib import Path
 from typing import Optional
@@ -47,7 +48,12 @@ def go_on_in(trainer, folder: Optional[Path], rounds_done: int) -> None:
         return
     for name in ROUND_FILES:
         trim(folder / name, rounds_done)
-    write_back(trainer, read_rows(folder / "metrics.csv", rounds_done))
+    metrics, kept = folder / "metrics.csv", folder / "metrics.csv.kept"
+    if not kept.exists() and metrics.exists():  # a copy until the rows are back: a kill in between loses none
+        shutil.copyfile(metrics, f"{kept}.tmp")
+        os.replace(f"{kept}.tmp", kept)
+    write_back(trainer, read_rows(kept, rounds_done))
+    kept.unlink(missing_ok=True)
 
 
 def _number(text: str):
