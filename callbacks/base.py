@@ -33,7 +33,7 @@ from __future__ import annotations
 import pytorch_lightning as pl
 
 from fl_lightning.federation.contexts import ClientContext, RoundContext, ServerContext
-from fl_lightning.errors import FLUserError
+from fl_lightning.errors import FLUserError, refuse_in_one_line
 
 
 class FLCallback(pl.Callback):
@@ -49,8 +49,9 @@ class FLCallback(pl.Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """Refuses to sit silently on a Trainer whose module runs no federated rounds."""
         if not getattr(pl_module, "runs_federated_rounds", False):
-            raise FLUserError(f"{type(self).__name__} acts only inside federated rounds, but the Trainer fits a "
-                              f"{type(pl_module).__name__}; fit fl_lightning.FederatedModule(network=your_model) instead")
+            raise refuse_in_one_line(FLUserError(
+                f"{type(self).__name__} acts only inside federated rounds, but the Trainer fits a "
+                f"{type(pl_module).__name__}; fit fl_lightning.FederatedModule(network=your_model) instead"))
 
     def configure_round(self, round: RoundContext) -> None:
         """Server, before any client trains: may change ``round.clients`` (their upload_ranges,

@@ -1,5 +1,7 @@
 """User-facing errors: each names the config field and says how to fix it."""
 import importlib
+import os
+import sys
 
 
 class FLUserError(Exception):
@@ -37,3 +39,19 @@ def imported(path: str, field: str, example: str):
 
 class DivergenceError(FLUserError, FloatingPointError):
     """NaN or inf in the loss or the global model."""
+
+
+def refuse_in_one_line(error: FLUserError) -> FLUserError:
+    """``error``, for a refusal before any work in a user's own script (a plain Trainer given an FLCallback): a
+    script that does not catch it prints ``fl-lightning: error: ...`` and exits with code 2, no traceback."""
+    previous = sys.excepthook
+
+    def hook(kind, raised, traceback):
+        if raised is error:
+            print(f"fl-lightning: error: {error}", file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            os._exit(2)  # nothing was started: the Trainer's setup refused it
+        previous(kind, raised, traceback)
+
+    sys.excepthook = hook
+    return error

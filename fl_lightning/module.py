@@ -31,9 +31,10 @@ from fl_lightning.errors import ConfigError, DivergenceError, check_unchanged
 from fl_lightning.federation.evaluation import GlobalEvaluation, test_metrics, train_objective
 from fl_lightning.federation.flat import FlatModel
 from fl_lightning.federation.parallel import ClientThreads
-from fl_lightning.federation.user_module import LoggedValues, is_lightning, network_optimizer, overrides
+from fl_lightning.federation.user_module import (LoggedValues, is_lightning, loss_logged_once, network_optimizer,
+                                                overrides)
 from fl_lightning.module_options import check_compatible, check_trainer, settle_options
-from fl_lightning.runs.python_api import prepare, summary
+from fl_lightning.runs.python_api import prepare, steps_word, summary
 from fl_lightning.federation.round_log import RoundLog
 from fl_lightning.runs.files import run_dirs, wandb_id, write_start_files
 from fl_lightning.runs.plot import write_curve
@@ -206,7 +207,9 @@ class FederatedModule(pl.LightningModule):
         """The minibatch loss of ``net`` (the working model training the client)."""
         if is_lightning(net):
             out = net.training_step((x, y), 0)
-            return out["loss"] if isinstance(out, dict) else out
+            loss = out["loss"] if isinstance(out, dict) else out
+            loss_logged_once(net, loss)
+            return loss
         return F.cross_entropy(net(x), y)
 
     def check_compatible(self, datamodule) -> None:
@@ -234,7 +237,8 @@ class FederatedModule(pl.LightningModule):
             print(line)
         datamodule = self.trainer.datamodule
         write_curve(self.trainer, self.rounds.curve, f"{self.algorithm.name}, {datamodule.dataset}, "
-                    f"{self.current_epoch} rounds", val_is_test=datamodule.split.val_x is None)
+                    f"{self.current_epoch} {steps_word(self)}", val_is_test=datamodule.split.val_x is None,
+                    metric=self.rounds.plotted)
 
     def on_train_start(self):
         start_rounds(self)  # client-state store, round loop, simulator, per-client evaluation (federation.session)

@@ -125,11 +125,19 @@ def check_compatible(module, datamodule) -> None:
     s, m = module.hparams.clients_per_round, datamodule.num_clients
     if s > m:
         raise ConfigError("model.clients_per_round", f"S={s} exceeds data.num_clients M={m}; choose S ≤ M")
+    asynchronous = getattr(module, "asynchronous", None)
+    if asynchronous is not None and asynchronous.concurrency > m:
+        raise ConfigError("model.asynchronous.concurrency", f"C={asynchronous.concurrency} clients in flight exceeds "
+                          f"data.num_clients M={m}; choose C ≤ M")
     new = module.hparams.get("personal_new_clients")
     if new and (s > m - new or getattr(datamodule, "personal_fraction", None) is None):
         raise ConfigError("model.personal_new_clients", f"{new} clients held out of M={m} leave fewer than S={s} "
                           "to train" if s > m - new else "evaluates on each client's held-out share: set "
                           "data.personal_fraction")
+    for field in ("personal_eval_every", "personal_eval_clients"):
+        if module.hparams.get(field) is not None and getattr(datamodule, "personal_fraction", None) is None:
+            raise ConfigError(f"model.{field}", "schedules pval/*, which evaluates on each client's held-out "
+                              "share: set data.personal_fraction (e.g. 0.2) or leave it unset")
     if module.blocks is not None and s < module.blocks.num_blocks:
         raise ConfigError("model.clients_per_round", f"S={s} < N={module.blocks.num_blocks} blocks: every block "
                           "needs a client each round; raise S or lower model.algorithm.num_blocks")

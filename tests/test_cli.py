@@ -157,8 +157,9 @@ def test_resume_refuses_changed_algorithm_options_and_takes_the_sound_ones(capsy
     # max_epochs (trainer) and the upload budget (a stopping rule) take effect
     assert main(["fit", "--config", QUICKSTART, "--trainer.max_epochs", "6", "--ckpt_path", ckpt,
                  "--model.max_upload_d", "3.5", *QUIET]) == 0
-    rows = list(csv.DictReader(open("runs/quickstart/fedavgm,seed=0/version_1/metrics.csv")))
-    assert [r["round"] for r in rows] == ["3.0", "4.0"]  # resumed after round 2, stopped by the new budget
+    rows = list(csv.DictReader(open("runs/quickstart/fedavgm,seed=0/version_0/metrics.csv")))  # in its own folder
+    assert [r["round"] for r in rows] == ["1.0", "2.0", "3.0", "4.0"]  # resumed after round 2, stopped by the budget
+    assert not os.path.exists("runs/quickstart/fedavgm,seed=0/version_1")
     code = main(["fit", "--config", QUICKSTART, "--trainer.max_epochs", "1", "--ckpt_path", ckpt, *QUIET])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and err == ["fl-lightning: error: trainer.max_epochs: is 1 but the checkpoint has done 2 rounds; "

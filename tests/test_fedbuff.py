@@ -131,6 +131,24 @@ def test_fedbuff_refuses_what_does_not_combine_in_one_line(tmp_path):
     fl_module(net, "topk", error_feedback=False, system="uniform", asynchronous="fedbuff")  # stateless: accepted
     with pytest.raises(ConfigError, match=r"^model.asynchronous.buffer_size: must be an integer ≥ 1"):
         Asynchronous(buffer_size=0)
+    with pytest.raises(ConfigError, match=r"^model.asynchronous.buffer_size: K=6 exceeds concurrency C=5: .*choose "
+                                          r"K ≤ C$"):
+        Asynchronous(buffer_size=6, concurrency=5)
+
+
+@pytest.mark.parametrize("options,message", [
+    (["--model.asynchronous.concurrency", "50"], "model.asynchronous.concurrency: C=50 clients in flight exceeds "
+                                                 "data.num_clients M=20; choose C ≤ M"),
+    (["--model.asynchronous.buffer_size", "30"], "model.asynchronous.buffer_size: K=30 exceeds concurrency C=20: "
+                                                 "a server step waits for K of the C clients in flight; choose K ≤ C"),
+])
+def test_fedbuff_sizes_beyond_the_clients_are_refused_before_any_run_directory(options, message, capsys):
+    from fl_lightning.cli import main
+    config = str(Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml")
+    code = main(["fit", "--config", config, "--model.system", "uniform", "--model.algorithm", "fedavg",
+                 "--model.asynchronous", "fedbuff", *options])
+    assert code == 2 and capsys.readouterr().err.strip().splitlines() == [f"fl-lightning: error: {message}"]
+    assert not os.path.exists("runs")
 
 
 def cli(name, *extra):
@@ -155,7 +173,8 @@ def logged(name):
 
 def test_fedbuff_resumes_exactly_after_a_sigkill_mid_run():
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run(cli("full"), env=env, check=True, capture_output=True)
+    done = subprocess.run(cli("full"), env=env, check=True, capture_output=True, text=True)
+    assert done.stdout.splitlines()[-1].startswith("fl-lightning: 5 server steps, final val/acc ")  # not "rounds"
     with open("stderr.txt", "w") as stderr:
         process = subprocess.Popen(cli("killed"), env=env, stdout=subprocess.DEVNULL, stderr=stderr)
     deadline, saved = time.monotonic() + 120, lambda: glob.glob("runs/killed/version_0/checkpoints/epoch=[1-9]*")
@@ -164,12 +183,12 @@ def test_fedbuff_resumes_exactly_after_a_sigkill_mid_run():
     assert process.poll() is None, Path("stderr.txt").read_text()[-2000:]
     process.send_signal(signal.SIGKILL)
     process.wait()
-    subprocess.run(cli("killed", "--ckpt_path", "last"), env=env, check=True, capture_output=True)
+    resumed = subprocess.run(cli("killed", "--ckpt_path", "last"), env=env, check=True, capture_output=True, text=True)
     full, killed = logged("full"), logged("killed")
     assert len(full) == 5 and sorted(killed, key=float) == sorted(full, key=float)
-    assert len(glob.glob("runs/killed/version_*")) == 2
-    with open("runs/killed/version_1/metrics.csv") as f:
-        assert float(next(csv.DictReader(f))["round"]) >= 3  # resumed mid-run
+    assert glob.glob("runs/killed/version_*") == ["runs/killed/version_0"]  # resumed in its checkpoint's folder
+    assert "resuming from runs/killed/version_0/checkpoints/epoch=" in resumed.stdout
+    assert not resumed.stdout.split("checkpoints/epoch=")[1].startswith("0-")  # resumed mid-run
     for step, rows in killed.items():
         for row in rows:  # every value logged, time/sim_s and staleness included, before and after the kill
             assert row == full[step][0], step

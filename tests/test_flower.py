@@ -151,3 +151,22 @@ def test_flower_local_refuses_a_bad_node_count_in_one_line(tmp_path, capsys):
     assert capsys.readouterr().err == "fl-lightning: error: --nodes: must be an integer ≥ 1 (one SuperNode per " \
                                       "client), got '0'\n"
 
+
+
+@pytest.mark.parametrize("args,line", [
+    (["--nodes", "4"], "--nodes: 4 SuperNodes for data.num_clients 3: flower-local starts one SuperNode per client; "
+                       "give --nodes 3"),
+    (["--nodes", "2"], "--nodes: 2 SuperNodes for data.num_clients 3: flower-local starts one SuperNode per client; "
+                       "give --nodes 3"),
+    (["--nodes", "3", "--model.system", "uniform"], "model.system: simulated devices are for simulation; on Flower "
+                                                    "the nodes are real: unset it"),
+    (["--nodes", "3", "--model.privacy.noise_multiplier", "1.0", "--model.privacy.clip", "0.5"],
+     "model.privacy: client-level DP is not deployable on Flower yet; unset it"),
+])
+def test_flower_local_refuses_before_any_process_starts(tmp_path, monkeypatch, capsys, args, line):
+    """No SuperLink, no SuperNode: refused from the config alone (no log folder, no run folder)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny.yaml").write_text(CONFIG)
+    assert main(["flower-local", "--config", "tiny.yaml", *args]) == 2
+    assert capsys.readouterr().err == f"fl-lightning: error: {line}\n"
+    assert sorted(os.listdir(tmp_path)) == ["tiny.yaml"]

@@ -56,7 +56,7 @@ def test_the_run_is_the_same_run_whatever_k(capsys):
     assert main([*base, "--trainer.max_epochs", "3", "--model.parallel_clients", "2", "--ckpt_path", "last"]) == 0
     out = capsys.readouterr().out
     assert "fl-lightning: resuming from runs/quickstart/fedavgm,seed=0/version_0/checkpoints/" in out
-    assert "3 rounds" in out.splitlines()[-1] and "fedavgm,seed=0/version_1" in out.splitlines()[-1]
+    assert "3 rounds" in out.splitlines()[-1] and "fedavgm,seed=0/version_0" in out.splitlines()[-1]
 
 
 def test_resume_and_client_dropout_with_two_clients_at_a_time():

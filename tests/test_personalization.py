@@ -1,6 +1,7 @@
 """Issue 33 with real Trainers and the real CLI: the shards and quantity partitions, each client's held-out
 share, pval/* in metrics.csv, personal state surviving kill and resume bit for bit, and one line for bad input."""
 import csv
+import glob
 import os
 from pathlib import Path
 
@@ -126,11 +127,33 @@ def test_personal_parts_are_not_uploaded_and_fedavg_is_evaluated_per_client():
      "FedPer(personal_layers=...)", "has no module 'nope'"),
     (["--model.algorithm", "fedbcgd_personal", "--model.algorithm.personal_blocks", "[shared, 7]"],
      "FedBCGDPersonal(personal_blocks=...)", "block 7 of a division with 5 blocks"),
+    (["--model.algorithm", "fedbcgd_personal", "--model.algorithm.personal_blocks", "[1, 2, 3, 4, 5]"],
+     "FedBCGDPersonal(personal_blocks=...)", "all 5 blocks are personal: nothing would be federated"),
+    (["--model.algorithm", "fedrep", "--model.network.init_args.hidden", "[]"], "model.algorithm",
+     "fedrep keeps ['head'] on each client, but they hold every parameter of MLP: nothing would be federated"),
+    (["--model.algorithm", "fedper", "--model.network.init_args.hidden", "[]"], "model.algorithm",
+     "fedper keeps ['head'] on each client, but they hold every parameter of MLP"),
+    (["--data.partition", "shards"], "data.samples_per_client", "64 samples per client (data.samples_per_client "
+     "unset: the 1293 samples over 20 clients) with 2 classes each need more samples of a class than the data has; "
+     "set --data.samples_per_client 60 (or less) or lower data.num_clients"),
+    (["--model.personal_eval_every", "2"], "model.personal_eval_every", "set data.personal_fraction"),
+    (["--model.personal_eval_clients", "5"], "model.personal_eval_clients", "set data.personal_fraction"),
 ])
 def test_bad_personalisation_input_is_one_line(args, field, fix, capsys):
     code = main(["fit", "--config", QUICKSTART, "--trainer.max_epochs", "1", *QUIET, *args])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and field in err[0] and fix in err[0], err
+    assert not os.path.exists("runs")  # refused before any run directory
+
+
+def test_personal_algorithm_without_held_out_data_says_so_once(capsys):
+    code = main(["fit", "--config", QUICKSTART, "--trainer.max_epochs", "1", *QUIET, "--model.algorithm", "fedper",
+                 "--model.local_epochs", "1"])
+    out = capsys.readouterr().out.splitlines()
+    assert code == 0
+    assert [line for line in out if "pval" in line] == [
+        "fl-lightning: fedper keeps a personal model on each client, but no client holds data out: no personal "
+        "metric (pval/*) will be logged; set data.personal_fraction (e.g. 0.2) for it"]
 
 
 class Sampled(FLCallback):
@@ -161,3 +184,20 @@ def test_new_clients_never_train_and_are_evaluated_after_fine_tuning():
     assert float(rows[-1]["pval_new/acc_mean"]) == pytest.approx(float(np.mean(expected)), abs=1e-12)
     with pytest.raises(FLUserError, match=r"^model.personal_new_clients: 7 clients held out of M=8 leave fewer"):
         conv_run(1, "too_many", "fedavg", personal_new_clients=7)
+
+
+def glob_one(pattern: str) -> str:
+    (path,) = glob.glob(pattern)
+    return path
+
+
+def test_the_documented_shards_example_runs_on_the_quickstart(capsys):
+    """docs/personalization.md, "Partitions": the command shown, one round."""
+    command = next(line for line in (Path(__file__).resolve().parents[1] / "docs" / "personalization.md").read_text()
+                   .splitlines() if line.startswith("fl-lightning fit") and "shards" in line).split()[1:]
+    command[command.index("configs/quickstart.yaml")] = QUICKSTART
+    assert main([*command, "--trainer.max_epochs", "1", *QUIET]) == 0
+    with open(glob_one("runs/quickstart/*/version_0/partition.csv")) as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 20 and {r["samples"] for r in rows} == {"60"}
+    assert all(sorted(int(v) for k, v in r.items() if k.startswith("class_"))[-3:] == [0, 30, 30] for r in rows)

@@ -1,6 +1,7 @@
 """A run's identity (issue 35): callbacks that change numbers are part of it, paths are not, W&B resumes
 the same run, and the kept runs under docs/runs/ carry the ids their configs give."""
 import glob
+import importlib.util
 import os
 import shutil
 from pathlib import Path
@@ -33,8 +34,8 @@ def test_a_numeric_callback_makes_another_run_resumed_and_reported_apart(capsys)
     assert f"resuming from {plain}/version_0/checkpoints/" in capsys.readouterr().out
     assert fit("--trainer.max_epochs", "3", "--ckpt_path", "last", *PROXIMAL) == 0
     assert f"resuming from {proximal}/version_0/checkpoints/" in capsys.readouterr().out
-    assert read_run_id(proximal / "version_1" / "config.yaml") == ids[1]
-    assert not (plain / "version_2").exists() and not (proximal / "version_2").exists()
+    assert read_run_id(proximal / "version_0" / "config.yaml") == ids[1]  # resumed in its checkpoint's folder
+    assert not (plain / "version_1").exists() and not (proximal / "version_1").exists()
     assert main(["report", "runs/quickstart", "--target", "0.2", "--out", "table"]) == 0
     assert "2 runs in 2 groups" in capsys.readouterr().out
     rows = Path("table.csv").read_text().splitlines()
@@ -80,7 +81,7 @@ def test_a_moved_data_folder_resumes_and_other_data_under_its_name_is_refused(tm
     shutil.move(tmp_path / "pets", tmp_path / "moved")
     capsys.readouterr()
     assert fit(*data, "--data.root", str(tmp_path / "moved"), "--trainer.max_epochs", "2", "--ckpt_path", "last") == 0
-    assert "resuming from" in capsys.readouterr().out and os.path.isdir(os.path.join(run, "version_1"))
+    assert "resuming from" in capsys.readouterr().out and not os.path.isdir(os.path.join(run, "version_1"))
     shutil.copyfile(tmp_path / "moved" / "train" / "dog" / "0000.png", tmp_path / "moved" / "train" / "cat" / "0000.png")
     capsys.readouterr()
     code = fit(*data, "--data.root", str(tmp_path / "moved"), "--trainer.max_epochs", "3", "--ckpt_path", "last")
@@ -158,3 +159,16 @@ def test_class_paths_of_moved_modules_still_resolve(capsys):
     moved = identity_config()
     moved["model"]["compression"] = {"class_path": "fl_lightning.compression.powersgd.PowerSGD", "init_args": {"rank": 2}}
     assert run_id(config) == run_id(moved)
+
+
+def test_a_label_names_a_policy_by_its_kind_and_a_deployed_run_apart(capsys):
+    assert fit("--trainer.max_epochs", "1", "--model.system", "uniform", "--model.round_policy", "deadline",
+               "--model.round_policy.deadline_s", "30") == 0
+    assert os.listdir("runs/quickstart") == ["fedavg,system=uniform,round_policy=deadline,deadline_s=30.0,seed=0"]
+    config = yaml.safe_load(Path(glob.glob("runs/quickstart/*/version_0/config.yaml")[0]).read_text())
+    flower = {**config, "trainer": {**config["trainer"], "callbacks": [
+        {"class_path": "fl_lightning.deploy.remote.FlowerClients"}]}}
+    if importlib.util.find_spec("flwr") is not None:  # the callback a deployed run's ServerApp adds
+        assert run_label(flower, "fedavg", ["--model.lr", "0.1"]) == "fedavg,lr=0.1,seed=0,deployed=flower"
+    assert run_label(config, "fedavg", ["--model.lr", "0.1"]) == "fedavg,lr=0.1,seed=0"
+    assert run_id(flower) == run_id(config)  # the same numbers: one run, resumable either way, in two folders

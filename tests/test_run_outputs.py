@@ -1,4 +1,5 @@
 """What a user sees of a run: the round progress bar, and the PNG every fit leaves behind."""
+import csv
 import subprocess
 import sys
 from pathlib import Path
@@ -34,9 +35,13 @@ def test_every_fit_leaves_a_png_with_the_whole_curve_after_resume():
     curve = torch.load(ckpt, weights_only=True)["federated"]["curve"]
     assert [point[0] for point in curve["val"]] == [1.0, 2.0, 3.0] and [p[0] for p in curve["test"]] == [3.0]
     assert main([*common, "--trainer.max_epochs", "5", "--ckpt_path", str(ckpt)]) == 0
-    resumed = Path("runs/quickstart/fedavgm,seed=0/version_1")
+    resumed = Path("runs/quickstart/fedavgm,seed=0/version_0")  # the run goes on in its checkpoint's folder
+    assert not Path("runs/quickstart/fedavgm,seed=0/version_1").exists()
     assert (resumed / "accuracy_vs_upload_d.png").exists()
-    (ckpt,) = (resumed / "checkpoints").glob("*.ckpt")
-    curve = torch.load(ckpt, weights_only=True)["federated"]["curve"]
+    with open(resumed / "metrics.csv") as f:
+        assert [row["round"] for row in csv.DictReader(f)] == ["1.0", "2.0", "3.0", "4.0", "5.0"]
+    # Lightning keeps the checkpoint a fit resumed from beside its new one
+    assert sorted(p.name for p in (resumed / "checkpoints").glob("*.ckpt")) == ["epoch=2-step=3.ckpt", "epoch=4-step=5.ckpt"]
+    curve = torch.load(resumed / "checkpoints" / "epoch=4-step=5.ckpt", weights_only=True)["federated"]["curve"]
     assert [point[0] for point in curve["val"]] == [1.0, 2.0, 3.0, 4.0, 5.0]  # the curve is never split
     assert [point[0] for point in curve["test"]] == [3.0, 5.0]

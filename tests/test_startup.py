@@ -1,5 +1,5 @@
 """The command answers at once where it needs no model: top-level help and broken config files
-import neither torch nor Lightning (measured by what is imported, not by timing)."""
+import neither torch, Lightning, W&B, Flower nor matplotlib (measured by what is imported, not by timing)."""
 import subprocess
 import sys
 
@@ -7,7 +7,7 @@ PROBE = """
 import sys
 from fl_lightning.cli import main
 code = main({args!r})
-heavy = sorted(m for m in ("torch", "pytorch_lightning", "timm", "wandb") if m in sys.modules)
+heavy = sorted(m for m in ("torch", "pytorch_lightning", "timm", "wandb", "flwr", "matplotlib") if m in sys.modules)
 print("HEAVY", heavy, code)
 """
 

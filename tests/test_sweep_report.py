@@ -59,8 +59,8 @@ def test_sweep_runs_skips_finished_resumes_interrupted_and_reports(capsys):
         (runs / ".sweep" / f"seed_everything={seed}.done").unlink()
     assert main([*sweep, "--trainer.max_epochs", "3"]) == 0  # each resumes from its checkpoint: only round 3 runs
     resumed = runs / "seed_everything=1"
-    with open(resumed / "version_1" / "metrics.csv") as f:
-        assert [row["round"] for row in csv.DictReader(f)] == ["3.0"]
+    with open(resumed / "version_0" / "metrics.csv") as f:  # resumed in its checkpoint's folder
+        assert [row["round"] for row in csv.DictReader(f)] == ["1.0", "2.0", "3.0"]
     assert [r["round"] for r in read_curve(pieces(resumed))] == [1.0, 2.0, 3.0]  # the versions joined into one curve
 
     capsys.readouterr()
@@ -182,3 +182,16 @@ def test_kept_runs_are_whole_runs_apart_from_the_run_directories(capsys):
     (half / "config.yaml").write_text("seed_everything: 0\n")
     assert main([*base, "--keep", "kept", "--print"]) == 0
     assert "--seed_everything 0" in capsys.readouterr().out  # not kept: it would run again
+
+
+def test_sweep_stops_after_the_first_run_refused_for_its_configuration(capsys):
+    """An error only the fit finds (shards that a class cannot fill): the first run says it, no other starts."""
+    code = main(["sweep", "--config", QUICKSTART, "--grid", "seed_everything=0,1,2", "--data.partition", "shards",
+                 "--trainer.max_epochs", "1", *QUIET])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert code == 2
+    assert out[-1] == ("fl-lightning sweep: stopped: seed_everything=0 was refused (data.samples_per_client: 64 samples "
+                       "per client (data.samples_per_client unset: the 1293 samples over 20 clients) with 2 classes "
+                       "each need more samples of a class than the data has; set --data.samples_per_client 60 (or "
+                       "less) or lower data.num_clients); 2 runs not started; fix it and run the sweep again")
+    assert sorted(p.name for p in Path("runs/quickstart/.sweep").iterdir()) == ["seed_everything=0.log"]

@@ -80,6 +80,9 @@ class FedBCGDPersonal(FedBCGD):
             raise ConfigError("FedBCGDPersonal(personal_blocks=...)", f"block {too_big[0]} of a division with "
                               f"{blocks.num_blocks} blocks; give shared and/or numbers 1..{blocks.num_blocks}")
         personal_block_ranges(blocks, self._names)
+        if all(str(j + 1) in self._names for j in range(blocks.num_blocks)):
+            raise ConfigError("FedBCGDPersonal(personal_blocks=...)", f"all {blocks.num_blocks} blocks are personal: "
+                              "nothing would be federated; declare fewer blocks personal")
 
     def callbacks(self):
         return [PersonalBlockUpload(self._names),

@@ -33,6 +33,16 @@ def personal_modules(owner: Algorithm, network: nn.Module, names: Optional[list[
     return list(names)
 
 
+def check_body_left(owner: Algorithm, network: nn.Module, modules: list[str]) -> None:
+    """Refuses personal layers that hold every parameter: nothing would be uploaded or averaged."""
+    def personal(name: str) -> bool:
+        return any(name == m or name.startswith(m + ".") for m in modules)
+    if all(personal(name.rpartition(".")[0]) for name, _ in network.named_parameters()):
+        raise ConfigError("model.algorithm", f"{owner.name} keeps {modules} on each client, but they hold every "
+                          f"parameter of {type(network).__name__}: nothing would be federated; choose a network with "
+                          "layers before its head (e.g. MLP with hidden=[64]) or another algorithm")
+
+
 @register("fedper")
 class FedPer(Algorithm):
     """FedPer: FedAvg on the body; the personal layers (the head) stay on each client.
@@ -52,6 +62,7 @@ class FedPer(Algorithm):
 
     def check_network(self, network):
         self.modules = personal_modules(self, network, self.personal_layers)
+        check_body_left(self, network, self.modules)
 
     def select(self, round):
         return module_ranges(round.segments, self.modules)

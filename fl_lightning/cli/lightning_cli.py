@@ -38,6 +38,7 @@ from fl_lightning.models.timm_models import architecture_only
 from fl_lightning.module_options import SYSTEM_KEYS, check_trainer, system_specs
 from fl_lightning.cli.options import moved
 from fl_lightning.runs.identity import ID_LINE, TAKES_EFFECT_AT_RESUME, names_its_logger, run_id, run_label
+from fl_lightning.runs.resumed_folder import continue_in_checkpoint_folder, go_on_in
 from fl_lightning.models.sizing import size_network_by_data
 from fl_lightning.module import FederatedModule
 from fl_lightning.runs.files import run_dirs
@@ -298,6 +299,7 @@ class FederatedCLI(LightningCLI):
             raise ConfigError("trainer.max_epochs", f"is {max_epochs} but the checkpoint has done {rounds_done} rounds; "
                               f"resume with trainer.max_epochs > {rounds_done}")
         check_unchanged("seed_everything", config["seed_everything"], self.checkpoint.get("federated", {}).get("seed"))
+        self.resumed_in = continue_in_checkpoint_folder(config.get("trainer") or {}, config["ckpt_path"]), rounds_done
         saved = {"model": self.checkpoint.get("hyper_parameters", {}),
                  "data": self.checkpoint.get("FederatedDataModule", {}).get("settings", {})}
         if saved["model"].get("network_optimizer"):  # lr & co. are the network optimizer's, not the options'
@@ -345,6 +347,7 @@ class FederatedCLI(LightningCLI):
 
     def before_fit(self) -> None:
         self._check()
+        go_on_in(self.trainer, *getattr(self, "resumed_in", (None, 0)))  # a resumed run, in its checkpoint's folder
         self.model.run_id = self.run_id
         self.model.prints_summary = False  # after_fit prints it, also for ddp_spawn
 

@@ -143,6 +143,7 @@ class FederatedDataModule(pl.LightningDataModule):
         self.classes_per_client, self.quantity_sigma = classes_per_client, quantity_sigma
         self.personal_fraction = personal_fraction
         self.personal: Optional[ClientData] = None  # every client's held-out share (personal_fraction)
+        self.loader_batch_size: Optional[int] = None  # the batch size of the user's DataLoader, if data came in one
         check_name(dataset)
         if num_clients < 1:
             raise ConfigError("data.num_clients", f"must be ≥ 1, got {num_clients}")
@@ -201,7 +202,11 @@ class FederatedDataModule(pl.LightningDataModule):
             kwargs["num_clients"] = len(set(np.asarray(client_ids).tolist()))
         datamodule = cls(**kwargs)
         split = split_from_datasets(train_dataset, test_dataset, datamodule.options, num_classes, client_ids)
-        datamodule.dataset = type(getattr(train_dataset, "dataset", train_dataset)).__name__
+        source = train_dataset
+        while hasattr(source, "dataset"):  # a DataLoader, Subsets: named by the data set they draw from
+            source = source.dataset
+        datamodule.dataset = type(source).__name__
+        datamodule.loader_batch_size = getattr(train_dataset, "batch_size", None)  # model.batch_size rules
         datamodule.split = split
         return datamodule
 

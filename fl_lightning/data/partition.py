@@ -91,11 +91,24 @@ def shards_partition(labels: np.ndarray, num_clients: int, classes_per_client: i
         for j in range(k):
             c, count = order[(i * k + j) % len(classes)], n // k + (j < n % k)
             if len(pools[c]) < count:
-                raise ConfigError("data.samples_per_client", f"class {classes[c]} runs out of samples for {num_clients}"
-                                  f" clients × {k} classes × {count}; lower data.samples_per_client or data.num_clients")
+                raise shards_too_large(labels, classes, order, num_clients, k, n, samples_per_client)
             taken += [pools[c].pop() for _ in range(count)]
         clients.append(torch.as_tensor(sorted(taken), dtype=torch.long))
     return clients
+
+
+def shards_too_large(labels, classes, order, num_clients: int, k: int, n: int,
+                     samples_per_client: Optional[int]) -> ConfigError:
+    """The one line for shards that some class cannot fill, with the largest data.samples_per_client that fits."""
+    uses = np.bincount([order[p % len(classes)] for p in range(num_clients * k)], minlength=len(classes))
+    sizes = np.array([np.sum(labels == c) for c in classes])
+    fits = k * int(min(sizes[c] // uses[c] for c in range(len(classes)) if uses[c]))
+    given = (f"data.samples_per_client {n}" if samples_per_client is not None else
+             f"{n} samples per client (data.samples_per_client unset: the {len(labels)} samples over {num_clients} clients)")
+    return ConfigError("data.samples_per_client", f"{given} with {k} classes each need more samples of a class than "
+                       f"the data has; set --data.samples_per_client {fits} (or less) or lower data.num_clients"
+                       if fits >= k else f"{num_clients} clients × {k} classes need more samples of a class than the "
+                       "data has; lower data.num_clients or data.classes_per_client")
 
 
 def quantity_partition(labels: np.ndarray, num_clients: int, sigma: float, rng: np.random.Generator,

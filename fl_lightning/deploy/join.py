@@ -72,11 +72,12 @@ class Membership:
         return mismatch(answer, self.summary)
 
     def wait_for(self, num_clients: int, timeout: float) -> None:
-        """Until a node holds each of the partitions 0..M-1 (a problem stops the run with one line)."""
+        """Until a node holds each of the partitions 0..M-1 and every node asked has answered (a problem, e.g. a
+        node with a partition outside the config, stops the run with one line and exit code 2)."""
         deadline = time.monotonic() + timeout
-        while len(self.node_of) < num_clients and time.monotonic() < deadline:
+        while (len(self.node_of) < num_clients or self.pending) and time.monotonic() < deadline:
             self.refresh(strict=True)
-            if len(self.node_of) < num_clients:
+            if len(self.node_of) < num_clients or self.pending:
                 time.sleep(0.2)
         missing = sorted(set(range(num_clients)) - set(self.node_of))
         self.fresh = False  # a node that joins from now on (a restart) goes on with the state on its disk

@@ -22,6 +22,7 @@ import tomli_w
 
 from fl_lightning.cli.options import pop_count
 from fl_lightning.deploy.project import write_app
+from fl_lightning.deploy.server_app import configured
 from fl_lightning.errors import ConfigError
 
 POLL_ENV = {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.2"}  # the SuperLink starts ServerApps; Flower polls every 1 s
@@ -164,6 +165,10 @@ def main(args: list[str]) -> int:
     if nodes is None or "--config" not in rest:
         raise ConfigError("flower-local", "needs --config FILE and --nodes N (N = data.num_clients: one SuperNode "
                           "per client)")
+    num_clients = configured(rest)[0].datamodule.num_clients  # refused here, before any process starts
+    if nodes != num_clients:
+        raise ConfigError("--nodes", f"{nodes} SuperNodes for data.num_clients {num_clients}: flower-local starts one "
+                          f"SuperNode per client; give --nodes {num_clients}")
     threads = next((rest[j + 1] for j, w in enumerate(rest[:-1]) if w == "--threads"), None)
     federation = LocalFederation(nodes, os.getcwd(), int(threads) if threads and threads.isdigit() else None)
     previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))

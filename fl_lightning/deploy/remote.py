@@ -118,7 +118,10 @@ SERVING: Optional[RemoteClients] = None  # set by the ServerApp (fl_lightning.de
 
 class FlowerClients(pl.Callback):
     """Puts the fit's clients on the SuperNodes that joined (``SERVING``) and writes ``flower.csv``; its
-    checkpointed state is which round of each client was aggregated, for the nodes' commits after a resume."""
+    checkpointed state is which round of each client was aggregated, for the nodes' commits after a resume.
+    ``deployment`` names the run's label (``...,seed=0,deployed=flower``): not the simulation's folder."""
+
+    deployment = "flower"
 
     def __init__(self):
         self.restored: dict[int, int] = {}

@@ -59,19 +59,28 @@ def check_deployable(cli) -> None:
                           "randk or qsgd")
 
 
+def configured(fit_args: list[str]):
+    """The run's objects built from its fit options (no fit) and checked deployable; and whether it resumes."""
+    from fl_lightning.cli import check_config_files, thread_option
+    from fl_lightning.deploy.node import build
+
+    check_config_files(fit_args)
+    options, resume = _without_fit_only(thread_option(["fit", *fit_args])[1:])
+    cli = build(options[options.index("--config") + 1], options[options.index("--config") + 2:])
+    check_deployable(cli)
+    return cli, resume
+
+
 def serve(grid, fit_args: list[str], join_timeout: float, round_timeout: float) -> int:
     """Joins the nodes, then runs the fit with them; the exit code (2: one line on stderr, nothing written)."""
-    from fl_lightning.cli import check_config_files, main as fit, thread_option
+    from fl_lightning.cli import main as fit
     from fl_lightning.deploy import remote
     from fl_lightning.deploy.join import Membership
-    from fl_lightning.deploy.node import build, data_summary
+    from fl_lightning.deploy.node import data_summary
     from fl_lightning.runs.identity import run_id
 
     try:
-        check_config_files(fit_args)
-        options, resume = _without_fit_only(thread_option(["fit", *fit_args])[1:])
-        cli = build(options[options.index("--config") + 1], options[options.index("--config") + 2:])
-        check_deployable(cli)
+        cli, resume = configured(fit_args)
         summary = data_summary(cli)
         membership = Membership(grid, run_id(cli.config.as_dict()), cli.parser.dump(cli.config), summary,
                                 fresh=not resume)

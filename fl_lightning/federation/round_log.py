@@ -1,5 +1,5 @@
-"""The round's logger row, and what the run keeps of it: the accuracy-vs-upload curve for the
-run's PNG and the upload at which val/acc first reached the target.
+"""The round's logger row, and what the run keeps of it: the curve of the metric the run targets
+(val/acc by default) against floats uploaded for the run's PNG and the upload at which val/acc first reached the target.
 
 Lightning writes epoch-end logs after the epoch's checkpoint; a process killed between the two
 would resume after a round whose row never reached the logger. So the module writes each row
@@ -22,7 +22,9 @@ class RoundLog:
                  target_mode: Optional[str] = None, target: Optional[float] = None):
         self.target_accuracy = target_accuracy if target is None else target
         self.metric, self.mode = target_metric or "val/acc", target_mode or "max"
-        self.curve: dict[str, list[tuple[float, float]]] = {"val": [], "test": []}  # (comm/upload_d, acc)
+        self.curve: dict[str, list[tuple[float, float]]] = {"val": [], "test": []}  # (comm/upload_d, value)
+        # the curve's metric: the target's, else val/acc, else (a network's own validation_step) the first it logs
+        self.plotted = self.metric
         self.upload_d_at_target: Optional[float] = None
         self.row: Optional[dict] = None  # the current round's row, once written
 
@@ -39,9 +41,12 @@ class RoundLog:
         """Adds the target crossing to ``row``, extends the curve, and writes the row to every
         logger now, with the columns and step Lightning's epoch-end logging gives (``epoch``, step =
         epoch: one training batch per round)."""
-        for key in ("val", "test"):
-            if f"{key}/acc" in row:
-                self.curve[key].append((upload_d, row[f"{key}/acc"]))
+        if evaluated and self.plotted not in row:  # a network's own validation_step: the metric it logs
+            self.plotted = next((k for k in sorted(row) if "val" in k and not k.startswith("pval")), self.plotted)
+        if self.plotted in row:
+            self.curve["val"].append((upload_d, row[self.plotted]))
+        if "test/acc" in row:
+            self.curve["test"].append((upload_d, row["test/acc"]))
         target = self.target_accuracy
         if target is not None and evaluated and self.metric not in row:
             from fl_lightning.errors import ConfigError
@@ -63,9 +68,10 @@ class RoundLog:
         return row
 
     def state_dict(self) -> dict:
-        return {"curve": self.curve, "upload_d_at_target": self.upload_d_at_target}
+        return {"curve": self.curve, "upload_d_at_target": self.upload_d_at_target, "plotted": self.plotted}
 
     def load_state_dict(self, state: dict) -> None:
         curve = state.get("curve", {})
         self.curve = {key: [tuple(point) for point in curve.get(key, [])] for key in ("val", "test")}
         self.upload_d_at_target = state.get("upload_d_at_target")
+        self.plotted = state.get("plotted", self.plotted)

@@ -61,7 +61,14 @@ def start_rounds(module) -> None:
               f"thread(s) each, of {torch.get_num_threads()}")
     if module._restored is not None:
         module.loop.comm.load_state_dict(module._restored["comm"])
+    loader_batch = getattr(trainer.datamodule, "loader_batch_size", None)
+    if loader_batch is not None and loader_batch != hp.batch_size and trainer.is_global_zero:
+        print(f"fl-lightning: clients train on minibatches of model.batch_size {hp.batch_size}, not your DataLoader's "
+              f"batch_size {loader_batch}; set --model.batch_size {loader_batch} (model.batch_size) to keep yours")
     held_out = getattr(trainer.datamodule, "personal", None)
+    if held_out is None and trainer.is_global_zero and any(hasattr(cb, "personalize") for cb in fl_callbacks):
+        print(f"fl-lightning: {module.algorithm.name} keeps a personal model on each client, but no client holds "
+              "data out: no personal metric (pval/*) will be logged; set data.personal_fraction (e.g. 0.2) for it")
     module.personal = None if held_out is None else PersonalEvaluation(  # pval/*
         module.flat, module.local_loss, held_out.to(module.device), clients, module.client_state, fl_callbacks,
         trainer.datamodule.eval_transform, hp.batch_size, hp.lr, hp.personal_eval_every, hp.personal_eval_clients,

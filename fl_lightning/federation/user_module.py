@@ -77,9 +77,19 @@ class RecordedLogs:
 
     def __init__(self):
         self.entries: list[tuple[str, object]] = []
+        self._this_step: list[object] = []  # the values logged since the last training step returned
 
     def log(self, name: str, value, *args, **kwargs) -> None:
         self.entries.append((name, value.detach() if isinstance(value, torch.Tensor) else value))
+        self._this_step.append(value)
+
+    def drop_the_loss(self, loss) -> None:
+        """The step's loss, logged under the user's name (``self.log("train_loss", loss)``), is train/loss
+        already: logged once, under that name."""
+        first = len(self.entries) - len(self._this_step)
+        self.entries[first:] = [entry for entry, value in zip(self.entries[first:], self._this_step)
+                                if value is not loss]
+        self._this_step = []
 
     def log_dict(self, dictionary: dict, *args, **kwargs) -> None:
         for name, value in dictionary.items():
@@ -88,6 +98,13 @@ class RecordedLogs:
     def replay(self, sink: LoggedValues) -> None:
         for name, value in self.entries:
             sink.log(name, value)
+
+
+def loss_logged_once(net, loss) -> None:
+    """After ``net.training_step`` returned ``loss``: drops the loss from what it logged (it is train/loss)."""
+    sink = getattr(vars(net).get("log"), "__self__", None)  # set by logging_into while a client trains
+    if isinstance(sink, RecordedLogs):
+        sink.drop_the_loss(loss)
 
 
 @contextmanager

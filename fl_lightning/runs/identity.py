@@ -15,7 +15,8 @@ those settings; it is written at the top of the run's config.yaml and into every
 that ``--ckpt_path last`` resumes only the same run and ``report`` joins the version_N pieces of
 one run and nothing else. The directory a run logs to is ``<save_dir>/<name>/<label>/version_N``:
 the label names the algorithm, the callbacks that change numbers, every model/data option the
-command line set, and the seed (``fedavg+proximal,mu=0.1,seed=0``), unless the command gives the
+command line set, the seed and where it ran if not simulated (``fedavg+proximal,mu=0.1,seed=0``,
+``fedavg,seed=0,deployed=flower``), unless the command gives the
 logger its name itself (``--trainer.logger.init_args.name``, as ``sweep`` does).
 """
 from __future__ import annotations
@@ -82,11 +83,15 @@ def changes_numbers(class_path: Optional[str]) -> bool:
     return issubclass(cls, FLCallback) or bool(getattr(cls, "changes_numbers", False))
 
 
+def callback_specs(config: dict) -> list[tuple[Optional[str], dict]]:
+    """(class path, init args) of each callback in ``trainer.callbacks``, in order."""
+    callbacks = (config.get("trainer") or {}).get("callbacks") or []
+    return [_spec(cb) for cb in (callbacks if isinstance(callbacks, list) else [callbacks])]
+
+
 def numeric_callbacks(config: dict) -> list[tuple[str, dict]]:
     """(class path, init args) of each callback in ``trainer.callbacks`` that changes numbers, in order."""
-    callbacks = (config.get("trainer") or {}).get("callbacks") or []
-    specs = [_spec(cb) for cb in (callbacks if isinstance(callbacks, list) else [callbacks])]
-    return [(path, args) for path, args in specs if changes_numbers(path)]
+    return [(path, args) for path, args in callback_specs(config) if changes_numbers(path)]
 
 
 def identity_settings(config: dict) -> dict:
@@ -170,11 +175,16 @@ def run_label(config: dict, algorithm: str, args: list[str]) -> str:
         owner = value_at(config, ".".join(words[:2]))
         if len(words) > 2 and words[2] != "init_args" and isinstance(owner, dict) and "class_path" in owner:
             path = ".".join(words[:2] + ["init_args"] + words[2:])  # an option of a class: algorithm, policy, ...
-        value = value_at(config, path)
-        if isinstance(value, dict) and "class_path" in value:  # a class named by its options below: its name
-            value = value["class_path"]
-        options.append(f"{rest.split('.')[-1]}={_short(value)}")
-    label = ",".join(parts + options + [f"seed={config.get('seed_everything')}"])
+        name, value = rest.split(".")[-1], value_at(config, path)
+        if path.endswith(".init_args.kind") and len(words) == 3:  # a class named by its kind: the option's name
+            name = words[1]
+        if isinstance(value, dict) and "class_path" in value:  # a class named by its kind, else its class name
+            value = (value.get("init_args") or {}).get("kind") or value["class_path"]
+        if f"{name}={_short(value)}" not in options:
+            options.append(f"{name}={_short(value)}")
+    deployments = [getattr(import_class(path), "deployment", None) for path, _ in callback_specs(config) if path]
+    deployed = [f"deployed={name}" for name in deployments if name]  # e.g. on Flower: not the simulation's folder
+    label = ",".join(parts + options + [f"seed={config.get('seed_everything')}"] + deployed)
     return label if len(label) <= 120 else f"{label[:100]}-{run_id(config)}"
 
 

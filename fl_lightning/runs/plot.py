@@ -11,8 +11,8 @@ from fl_lightning.runs.files import run_dirs
 
 
 def save_curve(path: str, points: list[tuple[float, float]], test_points: list[tuple[float, float]],
-               title: str, val_is_test: bool) -> None:
-    """``points``: (comm/upload_d, val/acc) per evaluation; ``test_points``: (comm/upload_d, test/acc);
+               title: str, val_is_test: bool, metric: str = "val/acc") -> None:
+    """``points``: (comm/upload_d, ``metric``) per evaluation; ``test_points``: (comm/upload_d, test/acc);
     ``path``: the .png (a .pdf is written beside it)."""
     import matplotlib
 
@@ -20,17 +20,18 @@ def save_curve(path: str, points: list[tuple[float, float]], test_points: list[t
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
-    label = "validation accuracy (the test set)" if val_is_test else "validation accuracy (held-out training data)"
+    label = AXES.get(metric, metric) + (" (the test set)" if val_is_test else " (held-out training data)")
     if points:
         ax.plot(*zip(*points), marker="." if len(points) < 40 else None, color=colour_of(title), label=label)
     if test_points:
         ax.plot(*zip(*test_points), "s", color="black", label="test accuracy")
-    ax.set(xlabel=AXES["comm/upload_d"], ylabel="accuracy", title=title)
+    ax.set(xlabel=AXES["comm/upload_d"], ylabel="accuracy" if metric.endswith("/acc") else metric, title=title)
     finish(fig, [ax], path[:-len(".png")] if path.endswith(".png") else path)
     plt.close(fig)
 
 
-def write_curve(trainer: pl.Trainer, curve: dict, title: str, val_is_test: bool) -> None:
-    """accuracy_vs_upload_d.png (and .pdf) in every run folder, from the round log's curve."""
+def write_curve(trainer: pl.Trainer, curve: dict, title: str, val_is_test: bool, metric: str = "val/acc") -> None:
+    """accuracy_vs_upload_d.png (and .pdf) in every run folder, from the round log's curve of ``metric``."""
     for run_dir in run_dirs(trainer):
-        save_curve(os.path.join(run_dir, "accuracy_vs_upload_d.png"), curve["val"], curve["test"], title, val_is_test)
+        save_curve(os.path.join(run_dir, "accuracy_vs_upload_d.png"), curve["val"], curve["test"], title, val_is_test,
+                   metric)

@@ -41,8 +41,13 @@ def prepare(trainer: pl.Trainer, module) -> None:
                                 category=PossibleUserWarning)
 
 
+def steps_word(module) -> str:
+    """What one epoch is: a round, or with FedBuff (model.asynchronous) a server step."""
+    return "server steps" if getattr(module, "asynchronous", None) is not None else "rounds"
+
+
 def summary(trainer: pl.Trainer, module) -> str:
-    """``fl-lightning: N rounds, final val/acc …, test/acc …, comm/upload_d …, run dir …``."""
+    """``fl-lightning: N rounds (FedBuff: server steps), final val/acc …, test/acc …, comm/upload_d …, run dir …``."""
     metrics = trainer.callback_metrics
     folder = trainer.strategy.broadcast(run_folder(trainer.loggers[0]) if trainer.loggers else trainer.default_root_dir)
     accuracy = {key: f"{float(metrics[key]):.4f}" if key in metrics else "n/a" for key in ("val/acc", "test/acc")}
@@ -55,5 +60,5 @@ def summary(trainer: pl.Trainer, module) -> str:
     if dp is not None:  # ε, δ, sampling; near chance with a huge loss, the clipped fraction, noise-to-signal, a hint
         value = lambda key: float(metrics[key]) if key in metrics else None
         shown += dp.summary(value("val/acc"), value("val/loss"), getattr(trainer.datamodule, "num_classes", 0))
-    return (f"fl-lightning: {trainer.current_epoch} rounds, final {shown}, comm/upload_d {module.loop.comm.upload_d:.2f}, run dir "
+    return (f"fl-lightning: {trainer.current_epoch} {steps_word(module)}, final {shown}, comm/upload_d {module.loop.comm.upload_d:.2f}, run dir "
             f"{os.path.abspath(folder)}")

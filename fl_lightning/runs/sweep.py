@@ -15,7 +15,8 @@ prints the commands, one per line, for a cluster scheduler (e.g. a SLURM job arr
 whose run is kept there already (the same run id, a budget and round limit at least as large, the
 same evaluation spacing), so a set of runs can be completed over several sittings and machines
 (``--print`` then lists only the runs not kept yet).
-``fl-lightning report DIR`` reads the kept runs as it reads runs/.
+``fl-lightning report DIR`` reads the kept runs as it reads runs/. A run refused for its configuration (exit code 2)
+stops the sweep in one line: no further run starts.
 """
 from __future__ import annotations
 
@@ -219,9 +220,9 @@ def main(args: list[str]) -> int:
           + f", {len(pending)} to run, {jobs} at a time (logs: {markers}/)", flush=True)
     threads = threads or max(1, (os.cpu_count() or 1) // jobs)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    running, failed = [], []
+    running, failed, refused = [], [], None
     while pending or running:
-        while pending and len(running) < jobs:
+        while pending and len(running) < jobs and refused is None:
             tag, command = pending.pop(0)
             log = open(markers / f"{tag}.log", "a")
             process = subprocess.Popen([sys.executable, "-m", "fl_lightning.cli", *command], stdout=log,
@@ -242,8 +243,21 @@ def main(args: list[str]) -> int:
             if problem is None:
                 (markers / f"{tag}.done").write_text(f"{seconds:.1f} s wall time\n")
                 print(f"fl-lightning sweep: {tag} done in {seconds:.0f} s", flush=True)
+            elif process.returncode == 2 and refused is None:  # a configuration error: the next runs would repeat it
+                refused = tag
+                failed.append(tag)
+                print(f"fl-lightning sweep: stopped: {tag} was refused ({refusal(markers / f'{tag}.log')}); "
+                      f"{len(pending)} runs not started; fix it and run the sweep again", flush=True)
+                pending = []
             else:
                 failed.append(tag)
                 print(f"fl-lightning sweep: {tag} failed ({problem}); see {markers}/{tag}.log",
                       flush=True)
-    return 1 if failed else 0
+    return 2 if refused is not None else 1 if failed else 0
+
+
+def refusal(log: Path) -> str:
+    """The run's one-line error (its last ``fl-lightning: error:`` line)."""
+    prefix = "fl-lightning: error: "
+    lines = [line[len(prefix):].strip() for line in log.read_text().splitlines() if line.startswith(prefix)]
+    return lines[-1] if lines else f"exit 2; see {log}"

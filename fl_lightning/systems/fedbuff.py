@@ -68,6 +68,9 @@ class Asynchronous:
         for name, value in (("buffer_size", buffer_size), ("concurrency", concurrency)):
             if not (isinstance(value, int) and value >= 1):
                 raise ConfigError(f"model.asynchronous.{name}", f"must be an integer ≥ 1, got {value}")
+        if buffer_size > concurrency:
+            raise ConfigError("model.asynchronous.buffer_size", f"K={buffer_size} exceeds concurrency C={concurrency}: "
+                              "a server step waits for K of the C clients in flight; choose K ≤ C")
         if not staleness_exponent >= 0:
             raise ConfigError("model.asynchronous.staleness_exponent", f"must be ≥ 0, got {staleness_exponent}")
         self.kind, self.buffer_size, self.concurrency = kind, buffer_size, concurrency
