@@ -123,3 +123,21 @@ def test_convolutional_networks_give_the_same_numbers_in_one_process_k2_and_ddp(
         rows, weights = runs[layout]
         assert rows == one_rows, layout  # every logged value, as written
         assert torch.equal(weights, one_w), layout
+
+
+def test_a_resume_on_other_cpu_kernels_says_it_cannot_be_bit_identical():
+    """ATEN_CPU_CAPABILITY or another torch/MKL/oneDNN changes the last bits at the same thread count; where the
+    count came from does not; a checkpoint from before kernels were recorded stays silent."""
+    from fl_lightning.federation.threads import layout_change
+
+    saved = {"threads_per_client": 1, "parallel_clients": 1, "world_size": 1, "threads_from": "OMP_NUM_THREADS=1",
+             "kernels": "AVX2 kernels, torch 2.14.1, MKL 2024.2, oneDNN 3.12.0"}
+    now = {**saved, "parallel_clients": 2, "world_size": 2, "threads_from": "--threads 2"}
+    assert layout_change(saved, now) is None
+    assert layout_change({k: v for k, v in saved.items() if k not in ("threads_from", "kernels")},
+                         {**now, "kernels": "AVX512 kernels"}) is None
+    assert layout_change(saved, {**now, "kernels": "AVX512 kernels, torch 2.14.1, MKL 2024.2, oneDNN 3.12.0"}) == (
+        "fl-lightning: the checkpoint was written with 1 thread(s) per client, 1 client(s) at a time, 1 rank(s) on AVX2 "
+        "kernels, torch 2.14.1, MKL 2024.2, oneDNN 3.12.0, this run has 1 thread(s) per client, 2 client(s) at a time, "
+        "2 rank(s) on AVX512 kernels, torch 2.14.1, MKL 2024.2, oneDNN 3.12.0: the resumed run cannot be bit-identical to "
+        "an uninterrupted one (docs/scale_out.md, \"Same numbers in every thread layout\")")

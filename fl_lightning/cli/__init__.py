@@ -70,10 +70,13 @@ def check_config_files(command: list[str]) -> None:
 
 
 def thread_option(command: list[str]) -> list[str]:
-    """``fit --threads N`` → the ``fl_lightning.federation.threads.Threads`` trainer callback (recorded in config.yaml)."""
+    """``fit --threads N`` → the ``fl_lightning.federation.threads.Threads`` trainer callback (recorded in config.yaml),
+    and ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` set to N before torch is imported: the count comes into being as
+    ``OMP_NUM_THREADS=N`` makes it, before any thread pool exists (docs/scale_out.md, "Same numbers in every thread layout")."""
     threads, rest = pop_count(command, "--threads")
     if threads is None:
         return rest
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
     return rest + ["--trainer.callbacks+=fl_lightning.federation.threads.Threads", "--trainer.callbacks.threads",
                    str(threads)]
 

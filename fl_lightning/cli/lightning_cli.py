@@ -43,7 +43,7 @@ from fl_lightning.models.sizing import size_network_by_data
 from fl_lightning.module import FederatedModule
 from fl_lightning.runs.files import run_dirs
 from fl_lightning.runs.progress import RoundProgressBar
-from fl_lightning.federation.threads import Threads
+from fl_lightning.federation.threads import Threads, record_line
 from fl_lightning.runs.python_api import summary
 from fl_lightning.privacy.callback import check_before_fit as check_privacy_fit, check_checkpoint as check_privacy_checkpoint
 
@@ -162,13 +162,14 @@ class SaveRunConfig(SaveConfigCallback):
     overwritten by a later run; W&B also gets the full resolved config as the run's config."""
 
     def save_config(self, trainer, pl_module, stage) -> None:
+        threads = next((cb.threads for cb in trainer.callbacks if isinstance(cb, Threads)), None)
         for run_dir in run_dirs(trainer):
             path = os.path.join(run_dir, self.config_filename)
             self.parser.save(self.config, path, skip_none=False, overwrite=True, multifile=False)
             with open(path) as f:
                 text = f.read()
-            with open(path, "w") as f:  # the run's id first: report joins a run's pieces by it
-                f.write(f"{ID_LINE}{pl_module.run_id}\n{text}")
+            with open(path, "w") as f:  # the run's id first: report joins a run's pieces by it; then its kernels
+                f.write(f"{ID_LINE}{pl_module.run_id}\n{record_line(threads)}\n{text}")
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
                 logger.experiment.config.update(self.config.clone().as_dict(), allow_val_change=True)
