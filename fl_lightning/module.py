@@ -35,11 +35,10 @@ from fl_lightning.federation.user_module import LoggedValues, is_lightning, netw
 from fl_lightning.module_options import check_compatible, check_trainer, settle_options
 from fl_lightning.runs.python_api import prepare, summary
 from fl_lightning.federation.round_log import RoundLog
-from fl_lightning.runs.files import run_dirs, wandb_id, write_start_files
+from fl_lightning.runs.files import append_rows, run_dirs, wandb_id, write_start_files
 from fl_lightning.runs.plot import write_curve
-from fl_lightning.runs.timeline import append_timeline
 from fl_lightning.federation.seeding import run_seed
-from fl_lightning.federation.session import start_rounds
+from fl_lightning.assembly.session import start_rounds
 from fl_lightning.systems import Asynchronous, RoundPolicy, SystemModel
 from fl_lightning.privacy import ClientDP, PrivacyOptions
 from fl_lightning.privacy.control import NoisedControlSum
@@ -233,7 +232,7 @@ class FederatedModule(pl.LightningModule):
                     f"{self.current_epoch} rounds", val_is_test=datamodule.split.val_x is None)
 
     def on_train_start(self):
-        start_rounds(self)  # client-state store, round loop, simulator, per-client evaluation (federation.session)
+        start_rounds(self)  # client-state store, round loop, simulator, per-client evaluation (fl_lightning.assembly.session)
 
     @property
     def collective(self) -> Collective:
@@ -241,8 +240,8 @@ class FederatedModule(pl.LightningModule):
         return Collective(self.trainer.strategy)
 
     def teardown(self, stage: str) -> None:
-        if self.loop is not None and self.loop.pool is not None:
-            self.loop.pool.close()  # its threads; the next fit makes new ones
+        if self.loop is not None:
+            self.loop.close()  # the parts' threads, connections; the next fit makes new ones
         if self.client_state is not None:
             self.client_state.close()  # file handles; a later read or checkpoint reopens them
 
@@ -266,7 +265,7 @@ class FederatedModule(pl.LightningModule):
         budget = self.hparams.max_upload_d
         if budget is not None and comm.upload_d >= budget - 1e-9:
             self.trainer.should_stop = True
-        dp = self.privacy_callback  # privacy (issue 31): stop before the round that would pass the ε budget
+        dp = self.privacy_callback  # client-level DP: stop before the round that would pass the ε budget
         if dp is not None and dp.next_round_exceeds_budget(round_idx + 1):
             self.trainer.should_stop = True
 
@@ -281,29 +280,31 @@ class FederatedModule(pl.LightningModule):
         row = {**self._train_logs.pop_means(self.collective), "round": float(self.current_epoch + 1), "lr": self._lr,
                **self.loop.comm.metrics(), **self.evaluation.metrics,
                "time/round_s": self._round_seconds, "time/wall_s": self._wall_seconds,  # the rounds' wall time
-               **(self.loop.systems.metrics() if self.loop.systems is not None else {})}  # issue 32: time/sim_s
+               **self.loop.metrics()}  # what the round's parts log (e.g. time/sim_s)
         if self._train_loss is not None:
             row["train/loss"] = self._train_loss
-        if self.privacy is not None:  # privacy (issue 31): privacy/epsilon, privacy/clipped_fraction, ...
+        if self.privacy is not None:  # client-level DP: privacy/epsilon, privacy/clipped_fraction, ...
             row.update(self.privacy_callback.metrics())
         rounds, every, max_rounds = self.current_epoch + 1, self.hparams.test_every_n_rounds, self.trainer.max_epochs
         last = self.trainer.should_stop or (max_rounds is not None and 0 <= max_rounds <= rounds)
         if last or (every and rounds % every == 0):
-            self._eval_threads.enter(self.loop.pool)
+            self._eval_threads.enter(self.loop.runner)
             row.update(test_metrics(self.net, self.trainer))
             self._eval_threads.exit()
         if self.personal is not None and self.personal.due(rounds, last):
             row.update(self.personal.run(self.global_vector, self.current_epoch, self._lr,
                                          self.trainer.log_dir if self.trainer.is_global_zero else None))
-        if self.loop.systems is not None and self.trainer.is_global_zero:  # issue 32: the clients' time line
-            append_timeline(run_dirs(self.trainer), self.loop.systems.timeline)
+        if self.trainer.is_global_zero:  # the parts' own files (e.g. the clients' time line)
+            for part in self.loop.parts().values():
+                for name, columns, rows in part.files():
+                    append_rows(run_dirs(self.trainer), name, columns, rows)
         return self.rounds.write(row, self.loop.comm.upload_d, self.current_epoch, self.trainer.loggers,
                                  evaluated=bool(self.evaluation.metrics))
 
     # -- evaluation of the global model ------------------------------------------------------
     def on_validation_epoch_start(self):
         self.evaluation.start(self.trainer, self.loop.comm.upload_d if self.loop is not None else None)
-        self._eval_threads.enter(self.loop.pool if self.loop is not None else None)  # one thread per client
+        self._eval_threads.enter(self.loop.runner if self.loop is not None else None)  # a client's threads
 
     def _eval_step(self, batch, batch_idx: int, own_hook: str):
         if self.evaluation.skip:
@@ -349,8 +350,7 @@ class FederatedModule(pl.LightningModule):
         checkpoint["federated"] = {"comm": self.loop.comm.state_dict() if self.loop else None, **self.rounds.state_dict(),
                                    "seed": run_seed(), "eval_mark": self.evaluation.mark, "run_id": self.run_id,
                                    "wall_s": self._wall_seconds, "wandb_id": wandb_id(self.trainer),
-                                   **({"clock": self.loop.systems.state_dict()} if self.loop and self.loop.systems
-                                      else {}),
+                                   "parts": self.loop.state_dict() if self.loop else {},
                                    "client_state": self.client_state.state_dict() if self.client_state else None}
 
     def on_load_checkpoint(self, checkpoint):

@@ -50,7 +50,8 @@ MOVED_MODULES = {
     "fl_lightning.server_optimizers": "fl_lightning.federation.server_optimizers",
     "fl_lightning.sweep": "fl_lightning.runs.sweep",
     "fl_lightning.threads": "fl_lightning.federation.threads",
-    "fl_lightning.toy": "fl_lightning.federation.toy",
+    "fl_lightning.toy": "fl_lightning.assembly.toy",
+    "fl_lightning.federation.toy": "fl_lightning.assembly.toy",
 }
 
 

@@ -9,7 +9,7 @@ Three typed contexts instead of the loop object:
   gradient, x^r, the current minibatch, its upload, and its full gradient / minibatch gradient at x^r.
 - ``ServerContext``: the aggregation — the received sums, the aggregated update, M, the blocks.
 
-Each is built by ``fl_lightning.federation.loop.FederatedLoop``, or by hand in a test (``fl_lightning.federation.toy``).
+Each is built by ``fl_lightning.federation.loop.FederatedLoop``, or by hand in a test (``fl_lightning.assembly.toy``).
 """
 from __future__ import annotations
 
@@ -57,6 +57,28 @@ class RoundContext:
     device: torch.device
     total_samples: int  # Σ n_i over all M clients
     segments: tuple = ()  # fl_lightning.federation.flat.Segment of every tensor: where it lies in the flat vector
+
+
+@dataclass
+class RoundPlanner:
+    """The one constructor of ``RoundContext``: what every round's plan shares (the working model ``flat``, the
+    clients' data, the block partition, the client-state store), for the loop, every schedule and a node."""
+
+    flat: Any  # fl_lightning.federation.flat.FlatModel
+    clients: Any  # fl_lightning.data.datamodule.ClientData
+    blocks: Optional[BlockPartition]
+    client_state: ClientStateStore
+
+    def plan(self, round_idx: int, lr: float, tasks: list["ClientTask"],
+             channels: Optional[dict[str, int]] = None) -> RoundContext:
+        """Round ``round_idx``'s context; channels default to "delta" (model updates: parameters and buffers)
+        and "control" (control-variate updates: parameters)."""
+        flat = self.flat
+        if channels is None:
+            channels = {"delta": flat.numel, "control": flat.num_params}
+        return RoundContext(round_idx, lr, tasks, channels, len(self.clients), flat.num_params, flat.numel,
+                            self.blocks, self.client_state, flat.device, self.clients.offsets[-1],
+                            tuple(flat.segments))
 
 
 class ClientContext:

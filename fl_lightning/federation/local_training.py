@@ -33,9 +33,7 @@ class LocalConfig:
     grad_clip: Optional[float] = None  # clip each local gradient's norm (the authors' code: 10)
     client_dropout: float = 0.0  # probability that a sampled client's upload never arrives
     parallel_clients: int = 1  # K: clients trained at the same time in this process
-    local_trainer: Optional[dict] = None  # Trainer options: local epochs in a user-configured pl.Trainer (issue 30)
-    poisson_rate: Optional[float] = None  # q: each client joins a round independently with probability q (issue 31)
-    excluded_clients: tuple = ()  # never sampled: new clients for pval_new/* (issue 33)
+    local_trainer: Optional[dict] = None  # Trainer options: local epochs in a user-configured pl.Trainer
 
 
 def call_hook(callbacks: Sequence[FLCallback], hook: str, context) -> None:

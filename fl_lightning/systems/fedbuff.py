@@ -42,9 +42,10 @@ from fl_lightning.callbacks import CompressedUpload
 from fl_lightning.compression.accounting import Part, Payload, ReceivedSums
 from fl_lightning.compression.codecs import Codec
 from fl_lightning.errors import ConfigError
-from fl_lightning.federation.contexts import ClientTask, RoundContext
+from fl_lightning.federation.contexts import ClientTask
+from fl_lightning.federation.seams import RoundSchedule
 from fl_lightning.federation.seeding import Purpose, derive_seed
-from fl_lightning.systems.clock import VirtualClock, timeline_rows
+from fl_lightning.systems.clock import TIMELINE_COLUMNS, TIMELINE_FILE, VirtualClock, timeline_rows
 from fl_lightning.systems.profiles import total_seconds
 
 ASYNC_STREAM = 0xA5C  # derive_seed(ASYNC_STREAM, launch, ...): the launches' draws
@@ -90,10 +91,10 @@ def resolve_asynchronous(value) -> Optional[Asynchronous]:
     raise ConfigError("model.asynchronous", f"needs fedbuff or an Asynchronous, got {type(value).__name__}")
 
 
-class FedBuff:
-    """The event queue and the server steps; ``step`` replaces the loop's synchronous round."""
-
-    replaces_rounds = True
+class FedBuff(RoundSchedule):
+    """The event queue and the server steps: a ``RoundSchedule`` whose ``run`` (one server step) replaces the
+    loop's synchronous round; it trains, counts and steps through the loop's schedule interface
+    (``plan``, ``train``, ``count_traffic``, ``step_server``)."""
 
     def __init__(self, options: Asynchronous, population, batch_size: int):
         self.options, self.population, self.batch_size = options, population, batch_size
@@ -123,13 +124,10 @@ class FedBuff:
             ranges = blocks.upload_ranges(int(order[k % n]))
         task = ClientTask(client_id, 0, derive_seed(ASYNC_STREAM, k, client_id), loop.clients.num_samples(client_id),
                           list(ranges), loop.config.local_epochs)
-        plan = RoundContext(self.server_steps, loop.optimizer.param_groups[0]["lr"], [task],
-                            {"delta": loop.flat.numel}, len(loop.clients), loop.flat.num_params, loop.flat.numel,
-                            blocks, loop.client_state, loop.flat.device, loop.clients.offsets[-1],
-                            tuple(loop.flat.segments))
+        plan = loop.plan(self.server_steps, [task], {"delta": loop.flat.numel})
         for codec in (cb for cb in loop.callbacks if isinstance(cb, CompressedUpload)):
             codec.configure_round(plan)  # a stateless codec: its sizes and segments only
-        client, loss_sum, _ = loop.local_trainer.run_client(task, plan)
+        client, loss_sum, _ = loop.train(task, plan)
         parts = [(p.channel, list(p.ranges), p.values().detach().clone()) for p in client.upload.parts]
         started = time.perf_counter()
         up, down = client.upload.nbytes, client.download.nbytes
@@ -151,7 +149,7 @@ class FedBuff:
             self._launch(loop, candidate)
 
     # -- one server step ----------------------------------------------------------------------------
-    def step(self, loop, step_idx: int) -> Optional[torch.Tensor]:
+    def run(self, loop, step_idx: int) -> Optional[torch.Tensor]:
         """K arrivals (launching a new client after each), then one server step; the arrivals' mean local loss."""
         started_s = self.clock.now_s
         self._fill(loop)
@@ -174,9 +172,8 @@ class FedBuff:
             downloads.append(down)
             taus.append(tau)
             self._fill(loop)
-        loop.comm.add_round(uploads, downloads)
-        loop.server_update(step_idx, received)
-        loop.flat.load(loop.global_vector)
+        loop.count_traffic(uploads, downloads)
+        loop.step_server(step_idx, received)
         self.server_steps += 1
         self.timeline = self._timeline(step_idx, arrivals)
         self.last = {"time/sim_s": self.clock.now_s, "time/sim_round_s": self.clock.now_s - started_s,
@@ -191,6 +188,9 @@ class FedBuff:
         segments = self.population.client_segments(ids, down, up, [n * self.batch_size for n in steps])
         starts = np.asarray(finish) - total_seconds(segments)
         return timeline_rows(step_idx, ids, starts, segments, steps, ["aggregated"] * len(ids), self.clock.now_s)
+
+    def files(self) -> list[tuple[str, tuple, list[dict]]]:
+        return [(TIMELINE_FILE, TIMELINE_COLUMNS, self.timeline)]
 
     def metrics(self) -> dict[str, float]:
         return dict(self.last) if self.last else {"time/sim_s": self.clock.now_s}
