@@ -4,6 +4,8 @@ fl_lightning.federation.seams) and the per-client evaluation (``data.personal_fr
 the checkpoint where resumed."""
 from __future__ import annotations
 
+import os
+
 import torch
 
 from fl_lightning.callbacks.base import FLCallback
@@ -11,6 +13,7 @@ from fl_lightning.federation.client_state import open_store
 from fl_lightning.federation.loop import FederatedLoop, LocalConfig
 from fl_lightning.federation.parallel import runner_for
 from fl_lightning.federation.seams import PoissonSampler, RoundSchedule, Sampler, UniformSampler
+from fl_lightning.runs.files import run_folder
 from fl_lightning.personalization.evaluation import PersonalEvaluation, new_client_ids
 from fl_lightning.systems import RoundPolicy, RoundSimulator
 from fl_lightning.systems.clock import AvailableSampler
@@ -43,6 +46,13 @@ def restored_parts(restored: dict) -> dict:
     return {"schedule": restored["clock"]} if restored.get("clock") is not None else {}
 
 
+def state_dir(trainer) -> str:
+    """``<run folder>/client_state`` (fl_lightning.runs.files): beside the run's checkpoints, for every
+    logger; the same on every rank."""
+    folder = run_folder(trainer.loggers[0]) if trainer.loggers else trainer.default_root_dir
+    return os.path.join(trainer.strategy.broadcast(folder), "client_state")
+
+
 def start_rounds(module) -> None:
     """Sets ``module.client_state``, ``module.loop`` and ``module.personal`` for this fit."""
     trainer, hp = module.trainer, module.hparams
@@ -55,7 +65,7 @@ def start_rounds(module) -> None:
     server, local = module.optimizers()
     clients = trainer.datamodule.clients.to(module.device)
     restored = module._restored or {}
-    module.client_state = open_store(trainer, len(clients), restored.get("client_state"))
+    module.client_state = open_store(trainer, len(clients), restored.get("client_state"), state_dir(trainer))
     sampler, schedule = round_parts(module, len(clients), tuple(new))
     runner = next((cb.client_runner for cb in trainer.callbacks if hasattr(cb, "client_runner")),
                   runner_for(hp.parallel_clients))  # a callback may bring its own (deploy's FlowerClients)

@@ -8,7 +8,9 @@
 
 Every client takes part each round (clients_per_round = M unless given); the local optimizer is SGD
 with a constant lr; the server optimizer is the algorithm's; ``loss_fn(network, x, y)`` (default cross
-entropy); ``parallel_clients`` trains K clients at once (fl_lightning.federation.parallel).
+entropy); ``parallel_clients`` trains K clients at once (fl_lightning.federation.parallel); ``sampler``,
+``runner`` (a function of the loop's LocalTrainer) and ``schedule`` replace the round's parts
+(fl_lightning.federation.seams, docs/architecture.md "The round's seams").
 """
 from __future__ import annotations
 
@@ -27,7 +29,9 @@ from fl_lightning.compression.codecs import Codec
 from fl_lightning.data.datamodule import ClientData
 from fl_lightning.federation.flat import FlatModel
 from fl_lightning.federation.loop import FederatedLoop, LocalConfig
+from fl_lightning.federation.local_training import LocalTrainer
 from fl_lightning.federation.parallel import runner_for
+from fl_lightning.federation.seams import ClientRunner, RoundSchedule, Sampler
 
 
 class ToyFederation:
@@ -36,7 +40,9 @@ class ToyFederation:
                  clients_per_round: Optional[int] = None, weight_decay: float = 0.0, momentum: float = 0.0,
                  weighted_aggregation: bool = False, codec: Optional[Codec] = None,
                  loss_fn: Optional[Callable] = None, extra_callbacks: Sequence[FLCallback] = (),
-                 parallel_clients: int = 1):
+                 parallel_clients: int = 1, sampler: Optional[Sampler] = None,
+                 runner: Optional[Callable[[LocalTrainer], ClientRunner]] = None,
+                 schedule: Optional[RoundSchedule] = None):
         self.algorithm = algorithm
         algorithm.check_network(network)
         self.blocks = partition_for(network, algorithm)
@@ -58,7 +64,7 @@ class ToyFederation:
         loss = loss_fn or (lambda net, xb, yb: F.cross_entropy(net(xb), yb))
         self.loop = FederatedLoop(self.flat, ClientData(x, y, offsets), loss, local, config, self.callbacks,
                                   self.global_vector, self.server_optimizer, self.client_state, blocks=self.blocks,
-                                  runner=runner_for(parallel_clients))
+                                  sampler=sampler, runner=runner or runner_for(parallel_clients), schedule=schedule)
 
     def run_round(self, round_idx: int) -> Optional[torch.Tensor]:
         return self.loop.run_round(round_idx)

@@ -1,4 +1,4 @@
-"""A SuperNode's side of one run (issue 34): its partition, the working model, its clients' state on its disk.
+"""A SuperNode's side of one run: its partition, the working model, its clients' state on its disk.
 
 A ``NodeSession`` is built from the run's configuration (the server's resolved config; a node that was
 started with its own ``config`` must have the same run id), exactly as a simulation builds its clients: the

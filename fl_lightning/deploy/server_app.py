@@ -1,4 +1,4 @@
-"""The Flower ServerApp (issue 34): ``fl_lightning.deploy.server_app:app``.
+"""The Flower ServerApp: ``fl_lightning.deploy.server_app:app``.
 
 It runs ``fl-lightning fit`` of the run config's ``config`` (and ``args``) as usual — the same run id, run
 folder, metrics.csv, checkpoints and ``--ckpt_path last`` resume — with the clients on the SuperNodes that

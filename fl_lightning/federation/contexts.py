@@ -20,7 +20,7 @@ import torch
 
 from fl_lightning.federation.blocks import BlockPartition
 from fl_lightning.federation.client_state import ClientStateStore
-from fl_lightning.compression.accounting import Payload, ReceivedSums
+from fl_lightning.federation.messages import Payload, ReceivedSums
 
 Ranges = list[tuple[int, int]]
 
@@ -38,7 +38,7 @@ class ClientTask:
     local_epochs: int = 1
     pooled: bool = False  # centralised SGD: all clients' data in one place, nothing crosses a network
     lost: bool = False  # fails to report: it downloads and trains, but its upload never arrives
-    max_steps: Optional[int] = None  # stop after this many local steps (issue 32: partial work by a deadline)
+    max_steps: Optional[int] = None  # stop after this many local steps (partial work by a deadline)
 
 
 @dataclass

@@ -10,18 +10,36 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Callable, ContextManager, Optional, Sequence
+from typing import Callable, ContextManager, Optional, Protocol, Sequence
 
 import torch
 
-from fl_lightning.callbacks.base import FLCallback
+from fl_lightning.federation.hooks import FLCallback
 from fl_lightning.federation.contexts import ClientContext, ClientTask, RoundContext
-from fl_lightning.data.datamodule import ClientData
 from fl_lightning.federation.flat import FlatModel
 from fl_lightning.federation.user_module import RecordedLogs, logging_into
 from fl_lightning.federation.trainer_path import train_in_trainer
 from fl_lightning.federation.seeding import (Stream, generator, global_rng_state, isolated_rng, seed_global_rng,
                                   set_global_rng_state, stream_seed)
+
+
+class ClientData(Protocol):
+    """What the engine reads of the clients' data (fl_lightning.data.datamodule.ClientData is one): all samples
+    ``x``, ``y`` concatenated client by client, client i's at ``offsets[i]:offsets[i + 1]``."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    offsets: list[int]
+
+    def __len__(self) -> int: ...
+
+    def num_samples(self, client: int) -> int: ...
+
+    def of(self, client: int) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def pooled(self) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def prepare(self, x: torch.Tensor, generator: Optional[torch.Generator] = None) -> torch.Tensor: ...
 
 
 @dataclass

@@ -24,16 +24,15 @@ import torch
 from pytorch_lightning.utilities import rank_zero_warn
 
 from fl_lightning.federation.blocks import BlockPartition
-from fl_lightning.callbacks.base import FLCallback
+from fl_lightning.federation.hooks import FLCallback
 from fl_lightning.federation.client_state import ClientStateStore
-from fl_lightning.compression.accounting import CommMeter, ReceivedSums
+from fl_lightning.federation.messages import CommMeter, ReceivedSums
 from fl_lightning.federation.contexts import ClientTask, RoundContext, RoundPlanner, ServerContext
-from fl_lightning.data.datamodule import ClientData
 from fl_lightning.federation.distributed import Collective
 from fl_lightning.errors import DivergenceError
 from fl_lightning.federation.flat import FlatModel
 from fl_lightning.federation.user_module import LoggedValues
-from fl_lightning.federation.local_training import LocalConfig, LocalTrainer, call_hook
+from fl_lightning.federation.local_training import ClientData, LocalConfig, LocalTrainer, call_hook
 from fl_lightning.federation.seams import (ClientRunner, Part, RoundSchedule, Sampler, SerialRunner,
                                           UniformSampler)
 from fl_lightning.federation.seeding import Purpose, derive_seed

@@ -1,4 +1,4 @@
-"""Asynchronous training, FedBuff (issue 32, item 4; Nguyen et al., AISTATS 2022: buffered asynchronous
+"""Asynchronous training, FedBuff (Nguyen et al., AISTATS 2022: buffered asynchronous
 aggregation). ``--model.asynchronous fedbuff --model.asynchronous.buffer_size K
 --model.asynchronous.concurrency C`` (needs ``--model.system``: the clients' simulated times).
 
@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from fl_lightning.callbacks import CompressedUpload
-from fl_lightning.compression.accounting import Part, Payload, ReceivedSums
+from fl_lightning.federation.messages import Part, Payload, ReceivedSums
 from fl_lightning.compression.codecs import Codec
 from fl_lightning.errors import ConfigError
 from fl_lightning.federation.contexts import ClientTask

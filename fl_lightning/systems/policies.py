@@ -1,4 +1,4 @@
-"""Synchronous round policies (issue 32, item 3): which of a round's clients the server aggregates,
+"""Synchronous round policies: which of a round's clients the server aggregates,
 given each one's simulated finishing time, and when the round ends.
 
 ``--model.round_policy NAME --model.round_policy.OPTION V`` (or a ``RoundPolicy`` from Python):
