@@ -22,7 +22,8 @@ from torch import nn
 
 from fl_lightning.algorithms import REGISTRY, Algorithm
 from fl_lightning.federation.blocks import partition_for
-from fl_lightning.callbacks import CompressedUpload, ControlVariates
+from fl_lightning.assembly.callbacks import fit_callbacks
+from fl_lightning.callbacks import FLCallback
 from fl_lightning.runs.checkpoint_io import (load_weights_only,
                                        refusal as checkpoint_refusal, refuse_before_algorithm_objects)
 from fl_lightning.compression.codecs import Codec
@@ -40,8 +41,7 @@ from fl_lightning.runs.plot import write_curve
 from fl_lightning.federation.seeding import run_seed
 from fl_lightning.assembly.session import start_rounds
 from fl_lightning.systems import Asynchronous, RoundPolicy, SystemModel
-from fl_lightning.privacy import ClientDP, PrivacyOptions
-from fl_lightning.privacy.control import NoisedControlSum
+from fl_lightning.privacy import PrivacyOptions
 
 
 class FederatedModule(pl.LightningModule):
@@ -165,17 +165,12 @@ class FederatedModule(pl.LightningModule):
             raise checkpoint_refusal(checkpoint_path, err) from None
 
     def configure_callbacks(self):
-        """The algorithm's hooks; compression last, on what they upload."""
-        algorithm = self.algorithm.callbacks()
-        privacy = first = []
-        if self.privacy is not None:  # after the algorithm, before the codec; Δc's noise before the algorithm reads it
-            dp = ClientDP(self.privacy, controls=any(isinstance(cb, ControlVariates) for cb in algorithm))
-            privacy, first = [dp], ([NoisedControlSum(dp)] if dp.controls else [])
-        return first + algorithm + privacy + ([CompressedUpload(self.codec)] if self.codec is not None else [])
+        """The algorithm's hooks, then those the options add (fl_lightning.assembly.callbacks)."""
+        return fit_callbacks(self)
 
     @property
-    def privacy_callback(self) -> Optional[ClientDP]:
-        return next((cb for cb in self.trainer.callbacks if isinstance(cb, ClientDP)), None)
+    def fl_callbacks(self) -> list[FLCallback]:
+        return [cb for cb in self.trainer.callbacks if isinstance(cb, FLCallback)]
 
     def configure_optimizers(self):
         """[server optimizer over x^r's parameters, local SGD over the working model]; the local lr
@@ -265,8 +260,7 @@ class FederatedModule(pl.LightningModule):
         budget = self.hparams.max_upload_d
         if budget is not None and comm.upload_d >= budget - 1e-9:
             self.trainer.should_stop = True
-        dp = self.privacy_callback  # client-level DP: stop before the round that would pass the ε budget
-        if dp is not None and dp.next_round_exceeds_budget(round_idx + 1):
+        if any(cb.stops_before(round_idx + 1) for cb in self.fl_callbacks):  # e.g. an ε budget
             self.trainer.should_stop = True
 
     def on_train_epoch_end(self):
@@ -283,8 +277,8 @@ class FederatedModule(pl.LightningModule):
                **self.loop.metrics()}  # what the round's parts log (e.g. time/sim_s)
         if self._train_loss is not None:
             row["train/loss"] = self._train_loss
-        if self.privacy is not None:  # client-level DP: privacy/epsilon, privacy/clipped_fraction, ...
-            row.update(self.privacy_callback.metrics())
+        for callback in self.fl_callbacks:  # what the hooks log (e.g. privacy/epsilon)
+            row.update(callback.metrics())
         rounds, every, max_rounds = self.current_epoch + 1, self.hparams.test_every_n_rounds, self.trainer.max_epochs
         last = self.trainer.should_stop or (max_rounds is not None and 0 <= max_rounds <= rounds)
         if last or (every and rounds % every == 0):

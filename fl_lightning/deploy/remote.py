@@ -14,7 +14,7 @@ import csv
 import os
 import time
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Iterator
 
 import pytorch_lightning as pl
 import torch
@@ -120,31 +120,26 @@ class RemoteClients(ClientRunner):
             client.received.add_sum(channel, values.to(client.received.device))
 
 
-SERVING: Optional[RemoteClients] = None  # set by the ServerApp (fl_lightning.deploy.server_app) before the fit
-
-
 class FlowerClients(pl.Callback):
-    """Puts the fit's clients on the SuperNodes that joined (``SERVING``) and writes ``flower.csv``; its
-    checkpointed state is which round of each client was aggregated, for the nodes' commits after a resume."""
+    """Brings the fit's ClientRunner, the SuperNodes that joined (the ServerApp passes it to the fit:
+    fl_lightning.deploy.server_app), and writes ``flower.csv``; its checkpointed state is which round of each
+    client was aggregated, for the nodes' commits after a resume."""
 
-    def __init__(self):
-        self.restored: dict[int, int] = {}
+    def __init__(self, clients: RemoteClients):
+        self.clients = clients
 
     def state_dict(self) -> dict:
-        return {"aggregated": {str(k): v for k, v in (SERVING.aggregated if SERVING else {}).items()}}
+        return {"aggregated": {str(k): v for k, v in self.clients.aggregated.items()}}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self.restored = {int(k): int(v) for k, v in state_dict.get("aggregated", {}).items()}
+        self.clients.aggregated.update({int(k): int(v) for k, v in state_dict.get("aggregated", {}).items()})
 
     def client_runner(self, trainer: LocalTrainer) -> RemoteClients:
         """The fit's ClientRunner (fl_lightning.assembly.session asks its callbacks for one)."""
-        if SERVING is None:
-            raise RuntimeError("FlowerClients runs inside the Flower ServerApp (fl_lightning.deploy.server_app)")
-        SERVING.aggregated.update(self.restored)
-        return SERVING.attach(trainer)
+        return self.clients.attach(trainer)
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
-        if not trainer.is_global_zero or SERVING is None:
+        if not trainer.is_global_zero:
             return
         path = os.path.join(run_folder(trainer.loggers[0]) if trainer.loggers else trainer.default_root_dir,
                             "flower.csv")
@@ -153,5 +148,5 @@ class FlowerClients(pl.Callback):
             writer = csv.DictWriter(f, COLUMNS)
             if new:
                 writer.writeheader()
-            writer.writerows(SERVING.rows)
-        SERVING.rows = []
+            writer.writerows(self.clients.rows)
+        self.clients.rows = []

@@ -83,3 +83,12 @@ class FLCallback(pl.Callback):
 
     def on_round_end(self, round: RoundContext) -> None:
         """Server, after the global model changed: its own bookkeeping only."""
+
+    def metrics(self) -> dict[str, float]:
+        """What it adds to every round's row (client-level DP: privacy/epsilon, ...); default nothing."""
+        return {}
+
+    def stops_before(self, round_idx: int) -> bool:
+        """True: the fit ends before round ``round_idx`` (0-based) runs (client-level DP: it would pass the ε
+        budget); default never."""
+        return False

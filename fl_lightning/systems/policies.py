@@ -17,7 +17,7 @@ given each one's simulated finishing time, and when the round ends.
   and its partial update is aggregated; one that cannot fit a single step is a straggler. FedNova's τ_i
   then really differ.
 
-Only clients available at the round's start are sampled (fl_lightning.systems.simulator).
+Only clients available at the round's start are sampled (fl_lightning.systems.clock.AvailableSampler).
 """
 from __future__ import annotations
 
