@@ -48,7 +48,7 @@ def fit(extra: list[str]):
                                  "false", "--trainer.enable_model_summary", "false",
                                  "--trainer.logger.init_args.save_dir", tmp, *extra])
         (path,) = glob.glob(os.path.join(tmp, "**", "metrics.csv"), recursive=True)
-        return list(csv.DictReader(open(path))), cli.model.loop.systems
+        return list(csv.DictReader(open(path))), cli.model.loop.schedule
 
 
 def overhead() -> None:

@@ -16,7 +16,7 @@ import torch
 
 from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.federation.client_state import refuse_inline_client_state
-from fl_lightning.compression.accounting import Part
+from fl_lightning.federation.messages import Part
 from fl_lightning.compression.codecs import Codec
 from fl_lightning.errors import ConfigError
 from fl_lightning.federation.seeding import Stream, generator, stream_seed

@@ -11,7 +11,7 @@ __version__ = "0.1.0"
 _HOMES = {"FederatedDataModule": "fl_lightning.data.datamodule", "FederatedLoop": "fl_lightning.federation.loop",
           "ClientTask": "fl_lightning.federation.contexts", "ClientContext": "fl_lightning.federation.contexts",
           "RoundContext": "fl_lightning.federation.contexts", "ServerContext": "fl_lightning.federation.contexts",
-          "ToyFederation": "fl_lightning.federation.toy", "FederatedModule": "fl_lightning.module"}
+          "ToyFederation": "fl_lightning.assembly.toy", "FederatedModule": "fl_lightning.module"}
 
 
 def __getattr__(name: str):

@@ -22,7 +22,8 @@ from torch import nn
 
 from fl_lightning.algorithms import REGISTRY, Algorithm
 from fl_lightning.federation.blocks import partition_for
-from fl_lightning.callbacks import CompressedUpload, ControlVariates
+from fl_lightning.assembly.callbacks import fit_callbacks
+from fl_lightning.callbacks import FLCallback
 from fl_lightning.runs.checkpoint_io import (load_weights_only,
                                        refusal as checkpoint_refusal, refuse_before_algorithm_objects)
 from fl_lightning.compression.codecs import Codec
@@ -36,15 +37,13 @@ from fl_lightning.federation.user_module import (LoggedValues, is_lightning, los
 from fl_lightning.module_options import check_compatible, check_trainer, settle_options
 from fl_lightning.runs.python_api import prepare, steps_word, summary
 from fl_lightning.federation.round_log import RoundLog
-from fl_lightning.runs.files import run_dirs, wandb_id, write_start_files
+from fl_lightning.runs.files import append_rows, run_dirs, wandb_id, write_start_files
 from fl_lightning.runs.plot import write_curve
-from fl_lightning.runs.timeline import append_timeline
 from fl_lightning.federation.seeding import run_seed
-from fl_lightning.federation.session import start_rounds
+from fl_lightning.assembly.callbacks import check_before_fit
+from fl_lightning.assembly.session import start_rounds
 from fl_lightning.systems import Asynchronous, RoundPolicy, SystemModel
-from fl_lightning.privacy import ClientDP, PrivacyOptions
-from fl_lightning.privacy.callback import check_before_fit as check_privacy_fit
-from fl_lightning.privacy.control import NoisedControlSum
+from fl_lightning.privacy import PrivacyOptions
 
 
 class FederatedModule(pl.LightningModule):
@@ -168,17 +167,12 @@ class FederatedModule(pl.LightningModule):
             raise checkpoint_refusal(checkpoint_path, err) from None
 
     def configure_callbacks(self):
-        """The algorithm's hooks; compression last, on what they upload."""
-        algorithm = self.algorithm.callbacks()
-        privacy = first = []
-        if self.privacy is not None:  # after the algorithm, before the codec; Δc's noise before the algorithm reads it
-            dp = ClientDP(self.privacy, controls=any(isinstance(cb, ControlVariates) for cb in algorithm))
-            privacy, first = [dp], ([NoisedControlSum(dp)] if dp.controls else [])
-        return first + algorithm + privacy + ([CompressedUpload(self.codec)] if self.codec is not None else [])
+        """The algorithm's hooks, then those the options add (fl_lightning.assembly.callbacks)."""
+        return fit_callbacks(self)
 
     @property
-    def privacy_callback(self) -> Optional[ClientDP]:
-        return next((cb for cb in self.trainer.callbacks if isinstance(cb, ClientDP)), None)
+    def fl_callbacks(self) -> list[FLCallback]:
+        return [cb for cb in self.trainer.callbacks if isinstance(cb, FLCallback)]
 
     def configure_optimizers(self):
         """[server optimizer over x^r's parameters, local SGD over the working model]; the local lr
@@ -221,9 +215,7 @@ class FederatedModule(pl.LightningModule):
         datamodule = self.trainer.datamodule
         self.check_compatible(datamodule)
         check_trainer(self.hparams, self.trainer)
-        if self.privacy is not None:  # δ, target ε and budget refused before any run file is written
-            check_privacy_fit(self.privacy, datamodule.num_clients, self.hparams.clients_per_round,
-                              self.trainer.max_epochs)
+        check_before_fit(self, datamodule.num_clients)  # e.g. DP's δ, target ε and budget: before any run file
         if not self.trainer.is_global_zero:
             return
         write_start_files(self.trainer, datamodule, dict(self.net.hparams) if is_lightning(self.net) else {})
@@ -241,7 +233,7 @@ class FederatedModule(pl.LightningModule):
                     metric=self.rounds.plotted)
 
     def on_train_start(self):
-        start_rounds(self)  # client-state store, round loop, simulator, per-client evaluation (federation.session)
+        start_rounds(self)  # client-state store, round loop, simulator, per-client evaluation (fl_lightning.assembly.session)
 
     @property
     def collective(self) -> Collective:
@@ -249,8 +241,8 @@ class FederatedModule(pl.LightningModule):
         return Collective(self.trainer.strategy)
 
     def teardown(self, stage: str) -> None:
-        if self.loop is not None and self.loop.pool is not None:
-            self.loop.pool.close()  # its threads; the next fit makes new ones
+        if self.loop is not None:
+            self.loop.close()  # the parts' threads, connections; the next fit makes new ones
         if self.client_state is not None:
             self.client_state.close()  # file handles; a later read or checkpoint reopens them
 
@@ -274,8 +266,7 @@ class FederatedModule(pl.LightningModule):
         budget = self.hparams.max_upload_d
         if budget is not None and comm.upload_d >= budget - 1e-9:
             self.trainer.should_stop = True
-        dp = self.privacy_callback  # privacy (issue 31): stop before the round that would pass the ε budget
-        if dp is not None and dp.next_round_exceeds_budget(round_idx + 1):
+        if any(cb.stops_before(round_idx + 1) for cb in self.fl_callbacks):  # e.g. an ε budget
             self.trainer.should_stop = True
 
     def on_train_epoch_end(self):
@@ -289,29 +280,31 @@ class FederatedModule(pl.LightningModule):
         row = {**self._train_logs.pop_means(self.collective), "round": float(self.current_epoch + 1), "lr": self._lr,
                **self.loop.comm.metrics(), **self.evaluation.metrics,
                "time/round_s": self._round_seconds, "time/wall_s": self._wall_seconds,  # the rounds' wall time
-               **(self.loop.systems.metrics() if self.loop.systems is not None else {})}  # issue 32: time/sim_s
+               **self.loop.metrics()}  # what the round's parts log (e.g. time/sim_s)
         if self._train_loss is not None:
             row["train/loss"] = self._train_loss
-        if self.privacy is not None:  # privacy (issue 31): privacy/epsilon, privacy/clipped_fraction, ...
-            row.update(self.privacy_callback.metrics())
+        for callback in self.fl_callbacks:  # what the hooks log (e.g. privacy/epsilon)
+            row.update(callback.metrics())
         rounds, every, max_rounds = self.current_epoch + 1, self.hparams.test_every_n_rounds, self.trainer.max_epochs
         last = self.trainer.should_stop or (max_rounds is not None and 0 <= max_rounds <= rounds)
         if last or (every and rounds % every == 0):
-            self._eval_threads.enter(self.loop.pool)
+            self._eval_threads.enter(self.loop.runner)
             row.update(test_metrics(self.net, self.trainer))
             self._eval_threads.exit()
         if self.personal is not None and self.personal.due(rounds, last):
             row.update(self.personal.run(self.global_vector, self.current_epoch, self._lr,
                                          self.trainer.log_dir if self.trainer.is_global_zero else None))
-        if self.loop.systems is not None and self.trainer.is_global_zero:  # issue 32: the clients' time line
-            append_timeline(run_dirs(self.trainer), self.loop.systems.timeline)
+        if self.trainer.is_global_zero:  # the parts' own files (e.g. the clients' time line)
+            for part in self.loop.parts().values():
+                for name, columns, rows in part.files():
+                    append_rows(run_dirs(self.trainer), name, columns, rows)
         return self.rounds.write(row, self.loop.comm.upload_d, self.current_epoch, self.trainer.loggers,
                                  evaluated=bool(self.evaluation.metrics))
 
     # -- evaluation of the global model ------------------------------------------------------
     def on_validation_epoch_start(self):
         self.evaluation.start(self.trainer, self.loop.comm.upload_d if self.loop is not None else None)
-        self._eval_threads.enter(self.loop.pool if self.loop is not None else None)  # one thread per client
+        self._eval_threads.enter(self.loop.runner if self.loop is not None else None)  # a client's threads
 
     def _eval_step(self, batch, batch_idx: int, own_hook: str):
         if self.evaluation.skip:
@@ -357,8 +350,7 @@ class FederatedModule(pl.LightningModule):
         checkpoint["federated"] = {"comm": self.loop.comm.state_dict() if self.loop else None, **self.rounds.state_dict(),
                                    "seed": run_seed(), "eval_mark": self.evaluation.mark, "run_id": self.run_id,
                                    "wall_s": self._wall_seconds, "wandb_id": wandb_id(self.trainer),
-                                   **({"clock": self.loop.systems.state_dict()} if self.loop and self.loop.systems
-                                      else {}),
+                                   "parts": self.loop.state_dict() if self.loop else {},
                                    "client_state": self.client_state.state_dict() if self.client_state else None}
 
     def on_load_checkpoint(self, checkpoint):

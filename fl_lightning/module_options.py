@@ -112,7 +112,7 @@ def check_target(hp) -> None:
 def check_compatible(module, datamodule) -> None:
     """Settings that only clash once model and data meet: S ≤ M, a client per block, the network's input
     size, a network parallel clients can share (a pretrained timm model's input config is applied first)."""
-    if not isinstance(datamodule, FederatedDataModule):  # issue 30: a user's own data module, either namespace
+    if not isinstance(datamodule, FederatedDataModule):  # a user's own data module, either namespace
         got = "none (fit's second argument was not taken as a data module)" if datamodule is None else \
             f"{type(datamodule).__module__}.{type(datamodule).__name__}"
         raise ConfigError("datamodule", f"FederatedModule trains on a FederatedDataModule, got {got}: wrap your "
@@ -185,7 +185,7 @@ def settle_options(module, network, algorithm, compression, system, round_policy
     module.algorithm.check_with(hp.weighted_aggregation, module.codec)
     module.privacy = resolve_privacy(privacy)  # None is off: nothing below changes
     check_new_clients(hp.personal_new_clients, module.system, module.privacy)
-    module.asynchronous = resolve_asynchronous(asynchronous)  # issue 32: FedBuff; None: synchronous rounds
+    module.asynchronous = resolve_asynchronous(asynchronous)  # FedBuff; None: synchronous rounds
     check_asynchronous(module)
     if module.privacy is not None:
         check_privacy(module.privacy, module.algorithm.name, hp.weighted_aggregation, module.codec,

@@ -17,7 +17,7 @@ from fl_lightning.callbacks import ControlVariates
 from fl_lightning.cli import main
 from fl_lightning.compression.codecs import QSGD
 from fl_lightning.errors import ConfigError
-from fl_lightning.federation.toy import ToyFederation
+from fl_lightning.assembly.toy import ToyFederation
 
 ROOT = Path(__file__).resolve().parents[1]
 FL = str(Path(sys.executable).parent / "fl-lightning")

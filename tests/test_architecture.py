@@ -1,6 +1,8 @@
-"""The package's shape (issue 29): no import cycles among its modules (imports inside functions
-included), no module over ~400 lines, and at most about ten top-level modules."""
+"""The package's shape: no import cycles among its modules (imports inside functions included), the layer rule
+of docs/architecture.md (federation, the engine's ground floor, imports none of the packages above it; no cycle
+between subpackages), no module over ~400 lines, and at most about ten top-level modules."""
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -59,6 +61,40 @@ def test_no_import_cycles():
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
 
 
+ABOVE_FEDERATION = ("systems", "privacy", "personalization", "deploy", "algorithms", "runs", "cli", "assembly",
+                    "module", "module_options")
+KEPT_IMPORT_PATHS = {"fl_lightning.federation.toy"}  # a re-export of a moved module, for existing imports
+
+
+def package_of(name: str) -> str:
+    """fl_lightning.federation.loop → federation; fl_lightning.callbacks.x → callbacks; fl_lightning.module → module."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def package_graph() -> dict[str, set[str]]:
+    known = modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in known.items():
+        if name in KEPT_IMPORT_PATHS:
+            continue
+        graph.setdefault(package_of(name), set()).update(package_of(t) for t in imported(path, name, known))
+    return {package: targets - {package} for package, targets in graph.items()}
+
+
+def test_federation_imports_no_package_above_it():
+    graph = package_graph()
+    assert not sorted(graph["federation"] & set(ABOVE_FEDERATION)), graph["federation"]
+    assert graph["federation"] <= {"errors"}, graph["federation"]
+
+
+def test_no_cycle_between_subpackages():
+    """``fl-lightning sweep`` (runs/sweep.py) drives the command line that runs/ serves: the one cycle left."""
+    graph = package_graph()
+    cycles = sorted(f"{a} <-> {b}" for a in graph for b in graph[a] if a < b and a in graph.get(b, set()))
+    assert cycles == ["cli <-> runs"], cycles
+
+
 def test_files_stay_small_and_the_top_level_is_short():
     sizes = {path: len(path.read_text().splitlines()) for path in modules().values()}
     assert not [f"{p.relative_to(ROOT)}: {n}" for p, n in sizes.items() if n > 420]
@@ -90,3 +126,11 @@ def imported_names(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and not node.level:
             names.add(node.module or "")
     return names
+
+
+def test_no_comment_names_a_feature_by_its_tracker_number():
+    """Comments and names say what a thing is, never which issue added it."""
+    pattern = re.compile(r"\bissues? \d+", re.IGNORECASE)
+    found = [f"{path.relative_to(ROOT)}:{i}" for path in modules().values()
+             for i, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not found, found

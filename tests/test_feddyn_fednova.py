@@ -9,7 +9,7 @@ from fl_lightning.algorithms import FedAvg, FedDyn, FedNova
 from fl_lightning.algorithms.feddyn import DynamicRegularizer
 from fl_lightning.algorithms.fednova import effective_steps
 from fl_lightning.callbacks import FLCallback
-from fl_lightning.federation.toy import ToyFederation
+from fl_lightning.assembly.toy import ToyFederation
 
 LR = 0.1
 

@@ -9,7 +9,7 @@ from torch import nn
 from fl_lightning.algorithms import FedAvg, FedBCGD
 from fl_lightning.compression import CODECS
 from fl_lightning.compression.codecs import EDEN, EFSign, hadamard, rotated_sign, scaled_sign
-from fl_lightning.federation.toy import ToyFederation
+from fl_lightning.assembly.toy import ToyFederation
 
 
 def test_scaled_sign_message_and_bytes_by_hand():

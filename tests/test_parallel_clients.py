@@ -16,7 +16,7 @@ from fl_lightning.errors import ConfigError
 from fl_lightning.federation.flat import FlatModel
 from fl_lightning.models import MLP
 from fl_lightning.federation.parallel import check_parallel_clients, split_threads
-from fl_lightning.federation.toy import ToyFederation
+from fl_lightning.assembly.toy import ToyFederation
 from preset_golden import GOLDEN, PRESETS, run_metrics
 from tests.conftest import fl_module, make_trainer
 from tests.test_engine import read_rows
@@ -86,7 +86,7 @@ def test_integer_buffers_count_every_client_and_the_threads_are_split(tmp_path):
     one, one_net = batch_norm_federation(tmp_path, 1)
     torch.set_num_threads(2)
     two, two_net = batch_norm_federation(tmp_path, 2)
-    assert two.loop.pool.threads_each == 1 and len(two.loop.pool.trainers) == 2
+    assert two.loop.runner.threads_each == 1 and len(two.loop.runner.trainers) == 2
     for round_idx in range(2):
         torch.set_num_threads(1)
         one.run_round(round_idx)
@@ -104,7 +104,7 @@ def test_a_callback_that_is_not_thread_safe_trains_clients_one_at_a_time(tmp_pat
 
     with pytest.warns(UserWarning, match="Counter declares thread_safe = False: clients train one at a time"):
         fed, _ = batch_norm_federation(tmp_path, 2, callbacks=[Counter()])
-    assert fed.loop.pool is None
+    assert fed.loop.runner.threads_each is None
 
 
 class DropoutMLP(nn.Module):

@@ -13,7 +13,7 @@ from fl_lightning.callbacks import FLCallback
 from fl_lightning.data.datamodule import ClientData
 from fl_lightning.errors import ConfigError
 from fl_lightning.federation.seeding import derive_seed
-from fl_lightning.federation.toy import ToyFederation
+from fl_lightning.assembly.toy import ToyFederation
 from fl_lightning.personalization.evaluation import FINE_TUNE_KEY, PersonalEvaluation
 
 LR, SIZES, M = 0.1, (4, 6, 2), 3

@@ -9,7 +9,7 @@ from fl_lightning.algorithms import FedAvg, get
 from fl_lightning.federation.flat import FlatModel
 from fl_lightning.compression.powersgd import PowerSGD, power_step
 from fl_lightning.federation.seeding import Stream, derive_seed, generator, stream_seed
-from fl_lightning.federation.toy import ToyFederation
+from fl_lightning.assembly.toy import ToyFederation
 
 
 def test_one_power_step_by_hand():

@@ -21,7 +21,7 @@ from fl_lightning.cli import main as cli_main
 from fl_lightning.errors import ConfigError
 from fl_lightning.federation.seeding import Purpose, derive_seed
 from fl_lightning.privacy import ClientDP, PrivacyOptions, accountant
-from fl_lightning.federation.toy import ToyFederation
+from fl_lightning.assembly.toy import ToyFederation
 from tests.conftest import fl_module, make_trainer
 
 CLIENTS, COHORT = 20, 5

@@ -19,7 +19,7 @@ from fl_lightning.algorithms.feddyn import FedDyn  # isort: skip
 from fl_lightning.algorithms.fednova import FedNova  # isort: skip
 from fl_lightning.algorithms.fedbcgd import FedBCGD, FedBCGDFreezing, FedBCGDPlus  # isort: skip
 from fl_lightning.algorithms import compressed  # noqa: F401,E402  isort: skip (topk, fedpaq, fedbcgd_qsgd, ...)
-from fl_lightning.algorithms.fedavg_ft import FedAvgFT  # isort: skip (issue 33: personalised FL)
+from fl_lightning.algorithms.fedavg_ft import FedAvgFT  # isort: skip (personalised FL)
 from fl_lightning.algorithms.fedper import FedPer  # isort: skip
 from fl_lightning.algorithms.fedbn import FedBN  # isort: skip
 from fl_lightning.algorithms.ditto import Ditto  # isort: skip

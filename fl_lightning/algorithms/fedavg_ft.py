@@ -1,4 +1,4 @@
-"""FedAvg + local fine-tuning (issue 33): the personalised-FL baseline every method must beat.
+"""FedAvg + local fine-tuning: the personalised-FL baseline every method must beat.
 
 Training is FedAvg's (nothing personal is kept, every client uploads Δ). A client's personalised
 model is x^r fine-tuned on its own training data: ``finetune_epochs`` epochs of plain minibatch

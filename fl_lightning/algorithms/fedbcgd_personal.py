@@ -1,4 +1,4 @@
-"""FedBCGD with personal blocks (issue 33, item 3): block-coordinate personalisation.
+"""FedBCGD with personal blocks: block-coordinate personalisation.
 
 Some blocks of the division are declared personal (default: ``shared``, which in every paper division
 is the classifier). Each client keeps them (its row of the client-state store,

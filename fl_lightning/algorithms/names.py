@@ -18,13 +18,13 @@ from fl_lightning.errors import ConfigError
 ALGORITHM, COMPRESSION, HELP = "--model.algorithm", "--model.compression", "--model.algorithm.help"
 
 
-# Modules that moved (CHANGELOG.md, issue 29): class paths written before, in configs and kept runs, still resolve.
+# Modules that moved (CHANGELOG.md): class paths written before, in configs and kept runs, still resolve.
 # (fl_lightning.compression became a package that re-exports its codecs: its class paths resolve as they are.)
 MOVED_MODULES = {
     "fl_lightning.blocks": "fl_lightning.federation.blocks",
     "fl_lightning.checkpoint_io": "fl_lightning.runs.checkpoint_io",
     "fl_lightning.client_state": "fl_lightning.federation.client_state",
-    "fl_lightning.comm": "fl_lightning.compression.accounting",
+    "fl_lightning.comm": "fl_lightning.federation.messages",
     "fl_lightning.contexts": "fl_lightning.federation.contexts",
     "fl_lightning.distributed": "fl_lightning.federation.distributed",
     "fl_lightning.evaluation": "fl_lightning.federation.evaluation",
@@ -50,7 +50,8 @@ MOVED_MODULES = {
     "fl_lightning.server_optimizers": "fl_lightning.federation.server_optimizers",
     "fl_lightning.sweep": "fl_lightning.runs.sweep",
     "fl_lightning.threads": "fl_lightning.federation.threads",
-    "fl_lightning.toy": "fl_lightning.federation.toy",
+    "fl_lightning.toy": "fl_lightning.assembly.toy",
+    "fl_lightning.federation.toy": "fl_lightning.assembly.toy",
 }
 
 

@@ -81,7 +81,8 @@ def thread_option(command: list[str]) -> list[str]:
                    str(threads)]
 
 
-def main(args=None) -> int:
+def main(args=None, callbacks=()) -> int:
+    """The ``fl-lightning`` command; ``callbacks``: Lightning callbacks (objects) added to a fit's Trainer."""
     command = sys.argv[1:] if args is None else list(args)
     if command[:1] in ([], ["-h"], ["--help"]):
         print(HELP, end="")
@@ -118,7 +119,7 @@ def main(args=None) -> int:
         if command[:1] == ["blocks"]:
             lightning_cli.print_blocks(command[1:])
         else:
-            lightning_cli.FederatedCLI(args=command)
+            lightning_cli.FederatedCLI(args=command, callbacks=callbacks)
     except FLUserError as err:
         print(f"fl-lightning: error: {err}", file=sys.stderr)
         if getattr(err, "exit_now", False):  # the other ranks are gone: exit before Lightning's launcher,

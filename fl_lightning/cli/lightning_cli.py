@@ -210,11 +210,12 @@ class FederatedCLI(LightningCLI):
     """``fl-lightning fit|validate|test``: registry names (``--model.algorithm fedpaq``) are expanded
     to class paths first (fl_lightning.algorithms.names), in arguments and config files alike."""
 
-    def __init__(self, args=None, run: bool = True):
+    def __init__(self, args=None, run: bool = True, callbacks=()):
         args = expand_args(list(sys.argv[1:] if args is None else args))
         self._given_args, self.run_id = args, None
         warnings.filterwarnings("ignore", message=r"LightningCLI's args parameter is intended")  # args are explicit
-        super().__init__(FederatedModule, FederatedDataModule, trainer_defaults=TRAINER_DEFAULTS,
+        defaults = {**TRAINER_DEFAULTS, "callbacks": list(callbacks)} if callbacks else TRAINER_DEFAULTS
+        super().__init__(FederatedModule, FederatedDataModule, trainer_defaults=defaults,
                          seed_everything_default=0, save_config_callback=SaveRunConfig,
                          save_config_kwargs={"save_to_log_dir": False}, auto_configure_optimizers=False,
                          parser_kwargs={"exit_on_error": False, "parser_mode": "fl_yaml",

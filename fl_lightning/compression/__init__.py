@@ -1,6 +1,7 @@
 """Compression: codecs (what a client sends instead of its update; ``codecs.py``, ``powersgd.py``) by the
 name ``--model.compression NAME`` gives them, and the accounting of every byte that crosses the network
-(``accounting.py``). Config class paths such as ``fl_lightning.compression.QSGD`` resolve here."""
+(``fl_lightning.federation.messages``, re-exported as ``accounting``). Config class paths such as
+``fl_lightning.compression.QSGD`` resolve here."""
 from __future__ import annotations
 
 from fl_lightning.compression.codecs import EDEN, QSGD, Codec, EFSign, RandK, TopK

@@ -7,7 +7,7 @@ fills its n slots one sample at a time by drawing a class from p_i and taking th
 unused sample of that class; a class that runs out is removed from every client's
 proportions. Small ρ means strong skew; ρ → ∞ approaches IID.
 
-Two more splits of personalised-FL papers (issue 33):
+Two more splits of personalised-FL papers:
 
 - ``shards`` (the pathological non-IID split of McMahan et al. 2017, as PFLlib and FL-bench make it):
   every client holds exactly k classes (``classes_per_client``), n/k samples of each (the first

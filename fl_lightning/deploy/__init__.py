@@ -1,4 +1,4 @@
-"""Deployment on Flower (issue 34): the same algorithms, with clients on real, separate SuperNodes.
+"""Deployment on Flower: the same algorithms, with clients on real, separate SuperNodes.
 
 The server runs the usual fit (``FederatedModule`` in a Lightning Trainer, the ``FederatedLoop``: sampling,
 block assignment, aggregation, the server optimizer, accounting); only where a sampled client trains differs.

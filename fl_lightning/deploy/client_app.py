@@ -1,4 +1,4 @@
-"""The Flower ClientApp (issue 34): ``fl_lightning.deploy.client_app:app``.
+"""The Flower ClientApp: ``fl_lightning.deploy.client_app:app``.
 
 It answers two message types: ``query`` (join a run: the node checks its partition and data against the
 run's config) and ``train`` (one client's round). Under Flower's default ``--isolation subprocess`` (a new

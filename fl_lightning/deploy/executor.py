@@ -1,4 +1,4 @@
-"""Runs a SuperNode's ClientApp tasks inside the node's warm worker (issue 34): Flower's ``--isolation process``.
+"""Runs a SuperNode's ClientApp tasks inside the node's warm worker: Flower's ``--isolation process``.
 
 With ``flower-supernode --isolation process`` the SuperNode launches nothing itself: a process of the
 user's takes each task from the SuperNode's Runtime API. Flower's own (``flower-superexec``) starts a fresh

@@ -1,4 +1,4 @@
-"""The node's local socket between the Flower ClientApp and its warm worker (issue 34): length-prefixed frames,
+"""The node's local socket between the Flower ClientApp and its warm worker: length-prefixed frames,
 a JSON header then a body, each way. Imports nothing heavy: the ClientApp process stays light."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Which SuperNode holds which partition, checked before any run file is written (issue 34, item 5).
+"""Which SuperNode holds which partition, checked before any run file is written.
 
 Every node that connects is asked once (a ``query`` message carrying the run's resolved config and run
 id); it answers with its partition id and its data's shape and classes, or with one line saying what is

@@ -1,4 +1,4 @@
-"""``fl-lightning flower-local --config X --nodes N [fit options]`` (issue 34): a deployment on loopback in one
+"""``fl-lightning flower-local --config X --nodes N [fit options]``: a deployment on loopback in one
 command. It starts a SuperLink and N SuperNodes (partition-id 0..N-1) on free loopback ports, runs the Flower
 app (``flwr run``) with the config, stops them all — also on Ctrl-C — and leaves the same run folder and
 metrics.csv as ``fit``, plus flower.csv (bytes in Flower's messages, seconds per node) and the processes'

@@ -1,4 +1,4 @@
-"""Flower's Message API for fl-lightning's bytes (issue 34): one ``ConfigRecord`` holding one ``bytes`` value
+"""Flower's Message API for fl-lightning's bytes: one ``ConfigRecord`` holding one ``bytes`` value
 each way, sent to many nodes at once and collected with a short poll (``Grid.send_and_receive`` sleeps 3 s
 between pulls), and the bytes a message really puts on the wire (its objects as Flower serialises them)."""
 from __future__ import annotations

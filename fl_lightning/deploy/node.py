@@ -1,4 +1,4 @@
-"""A SuperNode's side of one run (issue 34): its partition, the working model, its clients' state on its disk.
+"""A SuperNode's side of one run: its partition, the working model, its clients' state on its disk.
 
 A ``NodeSession`` is built from the run's configuration (the server's resolved config; a node that was
 started with its own ``config`` must have the same run id), exactly as a simulation builds its clients: the
@@ -26,7 +26,7 @@ from fl_lightning.cli.lightning_cli import FederatedCLI
 from fl_lightning.deploy import wire
 from fl_lightning.errors import ConfigError
 from fl_lightning.federation.client_state import ClientStateStore
-from fl_lightning.federation.contexts import RoundContext
+from fl_lightning.federation.contexts import RoundContext, RoundPlanner
 from fl_lightning.federation.local_training import LocalConfig, LocalTrainer, call_hook
 from fl_lightning.federation.memory_format import set_channels_last
 from fl_lightning.runs.identity import run_id
@@ -92,6 +92,7 @@ class NodeSession:
         self.trainer = LocalTrainer(module.flat, local, module.local_loss, self.clients, config, self.callbacks,
                                     module.global_vector, nullcontext)
         self.store = ClientStateStore(num_clients, os.path.join(directory, "client_state"))
+        self.planner = RoundPlanner(module.flat, self.clients, module.blocks, self.store)
         self.pending: Optional[dict] = None  # {"round", "rows": {table: [slot, tag]}}: written, not yet committed
         saved = os.path.join(directory, STORE_FILE)
         if fresh:
@@ -123,11 +124,9 @@ class NodeSession:
     def plan(self, request: dict) -> RoundContext:
         """The round as the server planned it: the same context, the hooks' own set-up for it, then every
         client's task exactly as the server's hooks left it."""
-        flat, records = self.module.flat, request["plan"]
+        records = request["plan"]
         tasks = [wire.task_from(r) for r in records]
-        plan = RoundContext(request["round"], request["lr"], tasks, {"delta": flat.numel, "control": flat.num_params},
-                            len(self.clients), flat.num_params, flat.numel, self.module.blocks, self.store, flat.device,
-                            self.clients.offsets[-1], tuple(flat.segments))
+        plan = self.planner.plan(request["round"], request["lr"], tasks)
         call_hook(self.callbacks, "configure_round", plan)
         for task, record in zip(plan.clients, records):
             for name, value in vars(wire.task_from(record)).items():

@@ -1,4 +1,4 @@
-"""The Flower app directory that ``flwr run`` bundles (issue 34): a pyproject.toml naming fl-lightning's
+"""The Flower app directory that ``flwr run`` bundles: a pyproject.toml naming fl-lightning's
 ServerApp and ClientApp, with the run config's keys and their defaults (fl_lightning.deploy.server_app).
 
     python -m fl_lightning.deploy.project DIR     writes DIR/pyproject.toml

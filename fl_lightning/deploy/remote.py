@@ -1,11 +1,11 @@
-"""The server's side of a round whose clients train on SuperNodes (issue 34).
+"""The server's side of a round whose clients train on SuperNodes.
 
-``RemoteClients`` stands in for local training in the ``FederatedLoop`` (``loop.elsewhere``): each sampled
+``RemoteClients`` is the loop's ``ClientRunner`` (fl_lightning.federation.seams): each sampled
 client's task goes to the node holding its partition, all at once; the replies are rebuilt into the same
 client contexts in plan order, so aggregation, the server hooks and the accounting run unchanged. A node
 that does not answer within ``round_timeout`` (killed, disconnected) is a client that failed to report,
 as with ``model.client_dropout``: the round goes on with those that did. ``FlowerClients`` (a plain
-Lightning callback, so the run id is the simulation's) installs it and writes ``flower.csv`` in the run
+Lightning callback, so the run id is the simulation's) brings it (``client_runner``) and writes ``flower.csv`` in the run
 folder: per round and node the bytes in Flower's messages, the counted bytes, and the seconds.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import csv
 import os
 import time
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Iterator
 
 import pytorch_lightning as pl
 import torch
@@ -23,6 +23,8 @@ from pytorch_lightning.utilities import rank_zero_warn
 from fl_lightning.deploy import messages, wire
 from fl_lightning.deploy.join import Membership
 from fl_lightning.federation.contexts import ClientContext, RoundContext
+from fl_lightning.federation.local_training import LocalTrainer
+from fl_lightning.federation.seams import ClientRunner
 from fl_lightning.federation.user_module import RecordedLogs
 from fl_lightning.runs.files import run_folder
 
@@ -38,17 +40,22 @@ class SentBytes:
     nbytes: int
 
 
-class RemoteClients:
-    """Sends the round's tasks to the nodes and rebuilds their clients (module docstring)."""
+class RemoteClients(ClientRunner):
+    """Sends the round's tasks to the nodes and rebuilds their clients (module docstring); ``attach`` gives it the
+    loop's LocalTrainer (the global model, the callbacks' states, the round's optimizer settings)."""
 
     def __init__(self, membership: Membership, round_timeout: float):
         self.membership, self.round_timeout = membership, round_timeout
-        self.loop = None
+        self.trainer = None
         self.rows: list[dict] = []
         self.aggregated: dict[int, int] = {}  # client → the last round whose upload was aggregated (its node commits)
 
+    def attach(self, trainer: LocalTrainer) -> "RemoteClients":
+        self.trainer = trainer
+        return self
+
     def _request(self, plan: RoundContext, position: int) -> bytes:
-        loop = self.loop
+        loop = self.trainer
         return wire.to_bytes({"run_id": self.membership.run_id, "round": plan.round, "lr": plan.lr,
                               "plan": [wire.task_record(t) for t in plan.clients], "position": position,
                               "aggregated_round": self.aggregated.get(plan.clients[position].client_id, -1),
@@ -77,7 +84,7 @@ class RemoteClients:
             yield position, self._client(plan, position, answered.get(position), round_trip)
 
     def _client(self, plan: RoundContext, position: int, answer, round_trip: float) -> tuple:
-        loop, task = self.loop, plan.clients[position]
+        loop, task = self.trainer, plan.clients[position]
         node, message, reply, result = answer if answer is not None else (None, None, None, None)
         group = loop.optimizer.param_groups[0]
         client = ClientContext(task, plan.round, plan.lr, group.get("weight_decay", 0.0), group.get("momentum", 0.0),
@@ -113,35 +120,29 @@ class RemoteClients:
             client.received.add_sum(channel, values.to(client.received.device))
 
 
-SERVING: Optional[RemoteClients] = None  # set by the ServerApp (fl_lightning.deploy.server_app) before the fit
-
-
 class FlowerClients(pl.Callback):
-    """Puts the fit's clients on the SuperNodes that joined (``SERVING``) and writes ``flower.csv``; its
-    checkpointed state is which round of each client was aggregated, for the nodes' commits after a resume.
+    """Brings the fit's ClientRunner, the SuperNodes that joined (the ServerApp passes it to the fit:
+    fl_lightning.deploy.server_app), and writes ``flower.csv``; its checkpointed state is which round of each
+    client was aggregated, for the nodes' commits after a resume.
     ``deployment`` names the run's label (``...,seed=0,deployed=flower``): not the simulation's folder."""
 
     deployment = "flower"
 
-    def __init__(self):
-        self.restored: dict[int, int] = {}
+    def __init__(self, clients: RemoteClients):
+        self.clients = clients
 
     def state_dict(self) -> dict:
-        return {"aggregated": {str(k): v for k, v in (SERVING.aggregated if SERVING else {}).items()}}
+        return {"aggregated": {str(k): v for k, v in self.clients.aggregated.items()}}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self.restored = {int(k): int(v) for k, v in state_dict.get("aggregated", {}).items()}
+        self.clients.aggregated.update({int(k): int(v) for k, v in state_dict.get("aggregated", {}).items()})
 
-    def on_train_epoch_start(self, trainer, pl_module) -> None:
-        if SERVING is None:
-            raise RuntimeError("FlowerClients runs inside the Flower ServerApp (fl_lightning.deploy.server_app)")
-        if pl_module.loop.elsewhere is None:
-            SERVING.loop = pl_module.loop
-            SERVING.aggregated.update(self.restored)
-            pl_module.loop.elsewhere = SERVING
+    def client_runner(self, trainer: LocalTrainer) -> RemoteClients:
+        """The fit's ClientRunner (fl_lightning.assembly.session asks its callbacks for one)."""
+        return self.clients.attach(trainer)
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
-        if not trainer.is_global_zero or SERVING is None:
+        if not trainer.is_global_zero:
             return
         path = os.path.join(run_folder(trainer.loggers[0]) if trainer.loggers else trainer.default_root_dir,
                             "flower.csv")
@@ -150,5 +151,5 @@ class FlowerClients(pl.Callback):
             writer = csv.DictWriter(f, COLUMNS)
             if new:
                 writer.writeheader()
-            writer.writerows(SERVING.rows)
-        SERVING.rows = []
+            writer.writerows(self.clients.rows)
+        self.clients.rows = []

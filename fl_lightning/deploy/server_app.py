@@ -1,4 +1,4 @@
-"""The Flower ServerApp (issue 34): ``fl_lightning.deploy.server_app:app``.
+"""The Flower ServerApp: ``fl_lightning.deploy.server_app:app``.
 
 It runs ``fl-lightning fit`` of the run config's ``config`` (and ``args``) as usual — the same run id, run
 folder, metrics.csv, checkpoints and ``--ckpt_path last`` resume — with the clients on the SuperNodes that
@@ -26,7 +26,6 @@ from flwr.serverapp import ServerApp
 from fl_lightning.errors import ConfigError, FLUserError
 
 app = ServerApp()
-CALLBACK = "--trainer.callbacks+=fl_lightning.deploy.remote.FlowerClients"
 
 
 def _without_fit_only(args: list[str]) -> tuple[list[str], bool]:
@@ -89,11 +88,7 @@ def serve(grid, fit_args: list[str], join_timeout: float, round_timeout: float) 
         print(f"fl-lightning: error: {err}", file=sys.stderr, flush=True)
         return 2
     print(f"fl-lightning: {len(membership.node_of)} SuperNodes joined run {membership.run_id}", flush=True)
-    remote.SERVING = remote.RemoteClients(membership, round_timeout)
-    try:
-        return fit(["fit", *fit_args, CALLBACK])
-    finally:
-        remote.SERVING = None
+    return fit(["fit", *fit_args], callbacks=[remote.FlowerClients(remote.RemoteClients(membership, round_timeout))])
 
 
 class Lines(io.TextIOBase):

@@ -1,4 +1,4 @@
-"""What crosses the network in a deployment (issue 34), as bytes: a client's task and its reply.
+"""What crosses the network in a deployment, as bytes: a client's task and its reply.
 
 A task is the round's plan (every sampled client's ``ClientTask``: the node rebuilds the same
 ``RoundContext``), the position it trains, the round's lr, x^r and the algorithm's server state (the
@@ -14,7 +14,7 @@ import io
 
 import torch
 
-from fl_lightning.compression.accounting import Part, Payload
+from fl_lightning.federation.messages import Part, Payload
 from fl_lightning.compression.codecs import QuantizedMessage, SparseMessage
 from fl_lightning.federation.contexts import ClientTask
 

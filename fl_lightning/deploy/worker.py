@@ -1,4 +1,4 @@
-"""A SuperNode's warm worker (issue 34): one long-lived process per node that holds torch, the data and the
+"""A SuperNode's warm worker: one long-lived process per node that holds torch, the data and the
 working model, so that a round costs training, not start-up.
 
 Flower 1.42's SuperNode starts a fresh ``flwr-clientapp`` process for every message (both isolation modes):

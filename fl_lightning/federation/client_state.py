@@ -24,7 +24,6 @@ import numpy as np
 import torch
 
 from fl_lightning.errors import FLUserError
-from fl_lightning.runs.files import run_folder
 
 KEPT_CHECKPOINTS = 2  # slots referenced by this many most recent checkpoints are not reused
 
@@ -228,17 +227,10 @@ class ClientStateStore:
             self.table(name, int(table_state["size"])).load_state_dict(table_state)
 
 
-def state_dir(trainer) -> str:
-    """``<run folder>/client_state`` (fl_lightning.runs.files): beside the run's checkpoints, for every
-    logger; the same on every rank."""
-    folder = run_folder(trainer.loggers[0]) if trainer.loggers else trainer.default_root_dir
-    return os.path.join(trainer.strategy.broadcast(folder), "client_state")
-
-
-def open_store(trainer, num_clients: int, saved: Optional[dict]) -> ClientStateStore:
-    """The fit's store: a new run's starts empty; a resumed run's (``saved``: the checkpoint's
-    ``state_dict()``) reads on where its checkpoint's rows are."""
-    store = ClientStateStore(num_clients, state_dir(trainer))
+def open_store(trainer, num_clients: int, saved: Optional[dict], directory: str) -> ClientStateStore:
+    """The fit's store in ``directory`` (the same on every rank): a new run's starts empty; a resumed run's
+    (``saved``: the checkpoint's ``state_dict()``) reads on where its checkpoint's rows are."""
+    store = ClientStateStore(num_clients, directory)
     if saved is not None:
         beside_checkpoint = None
         if trainer.ckpt_path:  # <run dir>/checkpoints/x.ckpt → <run dir>/client_state, if the run moved

@@ -9,7 +9,7 @@ Three typed contexts instead of the loop object:
   gradient, x^r, the current minibatch, its upload, and its full gradient / minibatch gradient at x^r.
 - ``ServerContext``: the aggregation — the received sums, the aggregated update, M, the blocks.
 
-Each is built by ``fl_lightning.federation.loop.FederatedLoop``, or by hand in a test (``fl_lightning.federation.toy``).
+Each is built by ``fl_lightning.federation.loop.FederatedLoop``, or by hand in a test (``fl_lightning.assembly.toy``).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import torch
 
 from fl_lightning.federation.blocks import BlockPartition
 from fl_lightning.federation.client_state import ClientStateStore
-from fl_lightning.compression.accounting import Payload, ReceivedSums
+from fl_lightning.federation.messages import Payload, ReceivedSums
 
 Ranges = list[tuple[int, int]]
 
@@ -38,7 +38,7 @@ class ClientTask:
     local_epochs: int = 1
     pooled: bool = False  # centralised SGD: all clients' data in one place, nothing crosses a network
     lost: bool = False  # fails to report: it downloads and trains, but its upload never arrives
-    max_steps: Optional[int] = None  # stop after this many local steps (issue 32: partial work by a deadline)
+    max_steps: Optional[int] = None  # stop after this many local steps (partial work by a deadline)
 
 
 @dataclass
@@ -61,6 +61,28 @@ class RoundContext:
     # with poisson_rate: the upload ranges a joining client is given, each with equal probability, independently
     # of every other client (set by a block mask; None: the whole model). privacy reads it for expected counts.
     upload_choices: Optional[list] = None
+
+
+@dataclass
+class RoundPlanner:
+    """The one constructor of ``RoundContext``: what every round's plan shares (the working model ``flat``, the
+    clients' data, the block partition, the client-state store), for the loop, every schedule and a node."""
+
+    flat: Any  # fl_lightning.federation.flat.FlatModel
+    clients: Any  # fl_lightning.data.datamodule.ClientData
+    blocks: Optional[BlockPartition]
+    client_state: ClientStateStore
+
+    def plan(self, round_idx: int, lr: float, tasks: list["ClientTask"],
+             channels: Optional[dict[str, int]] = None, poisson_rate: Optional[float] = None) -> RoundContext:
+        """Round ``round_idx``'s context; channels default to "delta" (model updates: parameters and buffers)
+        and "control" (control-variate updates: parameters); ``poisson_rate``: the sampler's (RoundContext)."""
+        flat = self.flat
+        if channels is None:
+            channels = {"delta": flat.numel, "control": flat.num_params}
+        return RoundContext(round_idx, lr, tasks, channels, len(self.clients), flat.num_params, flat.numel,
+                            self.blocks, self.client_state, flat.device, self.clients.offsets[-1],
+                            tuple(flat.segments), poisson_rate)
 
 
 class ClientContext:

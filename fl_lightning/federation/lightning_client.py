@@ -1,4 +1,4 @@
-"""An existing Lightning training script as one federated client (issue 30 item 4).
+"""An existing Lightning training script as one federated client.
 
 ``FederatedClient`` is an ordinary Lightning callback for the user's own ``Trainer`` (either namespace: its hooks
 are called by name): before training it loads the server's global model into the user's LightningModule,

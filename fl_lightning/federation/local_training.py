@@ -10,18 +10,36 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Callable, ContextManager, Optional, Sequence
+from typing import Callable, ContextManager, Optional, Protocol, Sequence
 
 import torch
 
-from fl_lightning.callbacks.base import FLCallback
+from fl_lightning.federation.hooks import FLCallback
 from fl_lightning.federation.contexts import ClientContext, ClientTask, RoundContext
-from fl_lightning.data.datamodule import ClientData
 from fl_lightning.federation.flat import FlatModel
 from fl_lightning.federation.user_module import RecordedLogs, logging_into
 from fl_lightning.federation.trainer_path import train_in_trainer
 from fl_lightning.federation.seeding import (Stream, generator, global_rng_state, isolated_rng, seed_global_rng,
                                   set_global_rng_state, stream_seed)
+
+
+class ClientData(Protocol):
+    """What the engine reads of the clients' data (fl_lightning.data.datamodule.ClientData is one): all samples
+    ``x``, ``y`` concatenated client by client, client i's at ``offsets[i]:offsets[i + 1]``."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    offsets: list[int]
+
+    def __len__(self) -> int: ...
+
+    def num_samples(self, client: int) -> int: ...
+
+    def of(self, client: int) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def pooled(self) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def prepare(self, x: torch.Tensor, generator: Optional[torch.Generator] = None) -> torch.Tensor: ...
 
 
 @dataclass
@@ -33,9 +51,7 @@ class LocalConfig:
     grad_clip: Optional[float] = None  # clip each local gradient's norm (the authors' code: 10)
     client_dropout: float = 0.0  # probability that a sampled client's upload never arrives
     parallel_clients: int = 1  # K: clients trained at the same time in this process
-    local_trainer: Optional[dict] = None  # Trainer options: local epochs in a user-configured pl.Trainer (issue 30)
-    poisson_rate: Optional[float] = None  # q: each client joins a round independently with probability q (issue 31)
-    excluded_clients: tuple = ()  # never sampled: new clients for pval_new/* (issue 33)
+    local_trainer: Optional[dict] = None  # Trainer options: local epochs in a user-configured pl.Trainer
 
 
 def call_hook(callbacks: Sequence[FLCallback], hook: str, context) -> None:

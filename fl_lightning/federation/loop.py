@@ -1,8 +1,8 @@
 """``FederatedLoop``: one communication round (spec, "FedAvg" and the hooks of every algorithm).
 
-    plan = configure_round(r)                 sample S of M clients (seeded by round)
-    for client in this rank's share of plan:  one at a time on one reused working model, or K at a
-        y ← x^r                                 time (fl_lightning.federation.parallel)       client_init
+    plan = configure_round(r)                 the sampler's clients (seeded by round)
+    for client in this rank's share of plan:  the runner trains them: one at a time on one reused working
+        y ← x^r                                 model, K at a time, elsewhere (federation.seams) client_init
         T local SGD steps                       (fl_lightning.federation.local_training)      client_step
         upload Δ = y − x^r over upload_ranges                                       client_final
         received.add(upload)                    in plan order, if it arrives and is finite
@@ -17,24 +17,24 @@ client-state store (fl_lightning.federation.client_state).
 from __future__ import annotations
 
 from contextlib import nullcontext
-from typing import Callable, ContextManager, Iterator, Optional, Sequence
+from typing import Callable, ContextManager, Optional, Sequence
 
 import numpy as np
 import torch
 from pytorch_lightning.utilities import rank_zero_warn
 
 from fl_lightning.federation.blocks import BlockPartition
-from fl_lightning.callbacks.base import FLCallback
+from fl_lightning.federation.hooks import FLCallback
 from fl_lightning.federation.client_state import ClientStateStore
-from fl_lightning.compression.accounting import CommMeter, ReceivedSums
-from fl_lightning.federation.contexts import ClientTask, RoundContext, ServerContext
-from fl_lightning.data.datamodule import ClientData
+from fl_lightning.federation.messages import CommMeter, ReceivedSums
+from fl_lightning.federation.contexts import ClientTask, RoundContext, RoundPlanner, ServerContext
 from fl_lightning.federation.distributed import Collective
 from fl_lightning.errors import DivergenceError
 from fl_lightning.federation.flat import FlatModel
 from fl_lightning.federation.user_module import LoggedValues
-from fl_lightning.federation.local_training import LocalConfig, LocalTrainer, call_hook
-from fl_lightning.federation.parallel import ClientPool
+from fl_lightning.federation.local_training import ClientData, LocalConfig, LocalTrainer, call_hook
+from fl_lightning.federation.seams import (ClientRunner, Part, RoundSchedule, Sampler, SerialRunner,
+                                          UniformSampler)
 from fl_lightning.federation.seeding import Purpose, derive_seed
 
 
@@ -83,7 +83,9 @@ class RoundTally:
 
 
 class FederatedLoop:
-    """Runs the rounds: configure clients, train each, aggregate, step the server.
+    """Runs the rounds: configure clients, train each, aggregate, step the server. Its parts
+    (fl_lightning.federation.seams) say who is asked (``sampler``), who trains them (``runner``) and when the
+    server steps (``schedule``).
 
     Args:
         optimizer: the local optimizer over ``flat.params``; its first param group's lr and
@@ -95,15 +97,19 @@ class FederatedLoop:
         client_state: where callbacks keep per-client vectors across rounds.
         collective: this process's rank among the run's processes (default: the only one).
         train_logs: receives what the network's own ``self.log`` calls logged during the round.
+        sampler: default: S of M clients, uniformly.
+        runner: builds the ClientRunner from the loop's LocalTrainer (default: one client at a time).
+        schedule: default: synchronous rounds.
     """
 
     def __init__(self, flat: FlatModel, clients: ClientData, loss_fn: Callable, optimizer: torch.optim.Optimizer,
                  config: LocalConfig, callbacks: Sequence[FLCallback], global_vector: torch.Tensor, server_optimizer,
                  client_state: ClientStateStore, forward_context: Callable[[], ContextManager] = nullcontext,
                  blocks: Optional[BlockPartition] = None, collective: Optional[Collective] = None,
-                 train_logs: Optional[LoggedValues] = None, systems=None):
+                 train_logs: Optional[LoggedValues] = None, sampler: Optional[Sampler] = None,
+                 runner: Callable[[LocalTrainer], ClientRunner] = SerialRunner,
+                 schedule: Optional[RoundSchedule] = None):
         self.flat = flat
-        self.systems = systems  # issue 32: a fl_lightning.systems.RoundSimulator, or None (no simulation)
         self.blocks = blocks
         self.clients = clients
         self.config = config
@@ -116,29 +122,44 @@ class FederatedLoop:
         self.local_trainer = LocalTrainer(flat, optimizer, loss_fn, clients, config, self.callbacks, global_vector,
                                           forward_context)
         self.train_logs = train_logs  # where the network's own self.log calls go, in plan order
-        self.pool: Optional[ClientPool] = None
-        self.elsewhere = None  # issue 34: clients that train on other machines (fl_lightning.deploy.remote)
-        unsafe = [type(cb).__name__ for cb in self.callbacks if not cb.thread_safe]
-        if config.parallel_clients > 1 and unsafe:
-            rank_zero_warn(f"{', '.join(unsafe)} declares thread_safe = False: clients train one at a time "
-                           f"(model.parallel_clients {config.parallel_clients} ignored)")
-        elif config.parallel_clients > 1:
-            self.pool = ClientPool(self.local_trainer, config.parallel_clients, torch.get_num_threads())
+        self.planner = RoundPlanner(flat, clients, blocks, client_state)
+        self.sampler = sampler or UniformSampler(len(clients), config.clients_per_round)
+        self.runner = runner(self.local_trainer)
+        self.schedule = schedule or RoundSchedule()
 
     def _call(self, hook: str, context) -> None:
         call_hook(self.callbacks, hook, context)
 
+    # -- the parts -----------------------------------------------------------------------
+    def parts(self) -> dict[str, Part]:
+        return {"sampler": self.sampler, "runner": self.runner, "schedule": self.schedule}
+
+    def metrics(self) -> dict[str, float]:
+        """What the parts log this round."""
+        return {key: value for part in self.parts().values() for key, value in part.metrics().items()}
+
+    def state_dict(self) -> dict:
+        """The parts' states (for an exact resume), those that keep any."""
+        return {name: state for name, part in self.parts().items() if (state := part.state_dict())}
+
+    def load_state_dict(self, state: dict) -> None:
+        for name, part in self.parts().items():
+            if name in state:
+                part.load_state_dict(state[name])
+
+    def close(self) -> None:
+        for part in self.parts().values():
+            part.close()
+
     # -- configure clients (server) -----------------------------------------------------
     def sample_clients(self, round_idx: int) -> list[int]:
         rng = np.random.default_rng(derive_seed(round_idx, Purpose.SAMPLING))
-        if self.systems is not None:  # issue 32: only clients online at the round's start (policy's count)
-            return self.systems.sample(rng, self.config.clients_per_round)
-        if self.config.poisson_rate is not None:  # issue 31: each client independently, with probability q
-            return np.flatnonzero(rng.random(len(self.clients)) < self.config.poisson_rate).tolist()
-        if self.config.excluded_clients:  # issue 33: clients held out of training (pval_new/*)
-            eligible = np.setdiff1d(np.arange(len(self.clients)), self.config.excluded_clients)
-            return sorted(rng.choice(eligible, self.config.clients_per_round, replace=False).tolist())
-        return sorted(rng.choice(len(self.clients), self.config.clients_per_round, replace=False).tolist())
+        return self.sampler.sample(round_idx, rng)
+
+    def plan(self, round_idx: int, tasks: list[ClientTask], channels: Optional[dict[str, int]] = None) -> RoundContext:
+        """The context of round ``round_idx`` over ``tasks`` at the round's lr (fl_lightning.federation.contexts)."""
+        return self.planner.plan(round_idx, self.optimizer.param_groups[0]["lr"], tasks, channels,
+                                 self.sampler.poisson_rate)
 
     def configure_round(self, round_idx: int) -> RoundContext:
         everything = [(0, self.flat.numel)]
@@ -149,30 +170,26 @@ class FederatedLoop:
             lost = np.random.default_rng(derive_seed(round_idx, Purpose.FAILURE)).random(len(tasks))
             for task, draw in zip(tasks, lost):
                 task.lost = bool(draw < self.config.client_dropout)
-        # "delta": model updates (params and buffers); "control": control-variate updates (params)
-        plan = RoundContext(round_idx, self.optimizer.param_groups[0]["lr"], tasks,
-                            {"delta": self.flat.numel, "control": self.flat.num_params}, len(self.clients),
-                            self.flat.num_params, self.flat.numel, self.blocks, self.client_state, self.flat.device,
-                            self.clients.offsets[-1], tuple(self.flat.segments), self.config.poisson_rate)
+        plan = self.plan(round_idx, tasks)
         self._call("configure_round", plan)
-        if self.systems is not None:  # issue 32: partial work — each client's step budget by the deadline
-            self.systems.budget_steps(plan, self.flat.numel)
+        self.schedule.planned(plan)
         self.client_state.begin_round(round_idx, [client.client_id for client in plan.clients])
         return plan
 
     # -- one round ----------------------------------------------------------------------
     def run_round(self, round_idx: int) -> Optional[torch.Tensor]:
-        """Runs round ``round_idx``; returns the reporting clients' mean local training loss (a 0-dim
-        tensor), or None if no client reported (then nothing changed)."""
-        if getattr(self.systems, "replaces_rounds", False):  # issue 32: FedBuff, one server step
-            return self.systems.step(self, round_idx)
+        """Runs round ``round_idx`` as the schedule says; returns the reporting clients' mean local training loss
+        (a 0-dim tensor), or None if no client reported (then nothing changed)."""
+        return self.schedule.run(self, round_idx)
+
+    def synchronous_round(self, round_idx: int) -> Optional[torch.Tensor]:
+        """Every planned client trains, then the server steps once on what arrived (the schedule may time the
+        clients and drop some: ``RoundSchedule.arrived``)."""
         plan = self.configure_round(round_idx)
         received = ReceivedSums(plan.channels, self.global_vector.device, ordered=self.collective.world_size > 1)
         tally = RoundTally(len(plan.clients), self.global_vector.device)
         positions = self.collective.share([c.num_samples * c.local_epochs for c in plan.clients])
-        trained = self.trained_clients(positions, plan)
-        if self.systems is not None:  # issue 32: clients timed; those the round policy drops become lost
-            trained = self.systems.admit(trained, plan, self.config.clients_per_round)
+        trained = self.schedule.arrived(self.runner.run(positions, plan), plan)
         for position, (client, loss_sum, logs) in trained:
             task = plan.clients[position]
             if self.train_logs is not None:
@@ -186,7 +203,7 @@ class FederatedLoop:
                 received.position = position
                 received.add(client.upload, delta_weight=client.weight)
                 client.received = received
-                self.client_reported(client)
+                self.runner.reported(client)
                 tally.add_loss(position, loss_sum, client.steps)
             tally.upload_bytes[position] = 0 if task.pooled or task.lost else client.upload.nbytes
             tally.download_bytes[position] = 0 if task.pooled else client.download.nbytes
@@ -194,11 +211,11 @@ class FederatedLoop:
         committed = tally.combine(self.collective, received, plan, self.client_state.written())
         self.client_state.end_round(committed)
         lost, non_finite = int(tally.lost.sum()), int(tally.non_finite.sum())
-        self.comm.add_round(tally.upload_bytes.long().tolist(), tally.download_bytes.long().tolist(),
-                            clients_dropped=lost + non_finite)
+        self.count_traffic(tally.upload_bytes.long().tolist(), tally.download_bytes.long().tolist(),
+                           clients_dropped=lost + non_finite)
         self._report_drops(round_idx, len(plan.clients), lost, non_finite)
         reported = len(plan.clients) - lost - non_finite
-        if reported or self.config.poisson_rate is not None:  # DP's Poisson sampling releases its noise regardless
+        if reported or self.sampler.releases_every_round:  # e.g. Poisson sampling under DP: the noise is released
             self.server_update(round_idx, received)
         self.flat.load(self.global_vector)
         self._call("on_round_end", plan)
@@ -215,24 +232,19 @@ class FederatedLoop:
             rank_zero_warn(f"round {round_idx + 1}: none of the {sampled} sampled clients reported; the global "
                            "model and the algorithm's state are unchanged this round")
 
-    def client_reported(self, client) -> None:
-        """The client's upload arrived: ``on_client_reported``. Clients elsewhere ran it where they keep their
-        state; what it derived for the server arrives with the upload."""
-        if self.elsewhere is not None:
-            self.elsewhere.reported(client)
-        else:
-            self._call("on_client_reported", client)
+    # -- what a schedule may call (fl_lightning.federation.seams.RoundSchedule) -------------
+    def train(self, task: ClientTask, plan: RoundContext) -> tuple:
+        """Trains one client on the loop's working model: (client, loss sum, logs)."""
+        return self.local_trainer.run_client(task, plan)
 
-    def trained_clients(self, positions: list[int], plan: RoundContext) -> Iterator[tuple[int, tuple]]:
-        """(position, (client, loss sum, logs)) for each of this rank's clients, in plan order."""
-        if self.elsewhere is not None:
-            yield from self.elsewhere.run(positions, plan)
-            return
-        if self.pool is not None:
-            yield from self.pool.run(positions, plan)
-            return
-        for position in positions:
-            yield position, self.local_trainer.run_client(plan.clients[position], plan)
+    def count_traffic(self, upload_bytes: list[int], download_bytes: list[int], clients_dropped: int = 0) -> None:
+        """The bytes of one server step's clients (fl_lightning.federation.messages.CommMeter)."""
+        self.comm.add_round(upload_bytes, download_bytes, clients_dropped=clients_dropped)
+
+    def step_server(self, round_idx: int, received: ReceivedSums) -> None:
+        """The server update on ``received``, then the working model holds x^{r+1}."""
+        self.server_update(round_idx, received)
+        self.flat.load(self.global_vector)
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
@@ -249,7 +261,7 @@ class FederatedLoop:
                                                      len(self.clients), self.blocks))
         server_params = self.server_optimizer.param_groups[0]["params"][0]
         unreported = received.weight("delta")[:d] == 0  # e.g. a FedBCGD block whose clients all dropped
-        if self.config.poisson_rate is not None:  # DP's Poisson sampling: keeping them would tell nobody joined
+        if self.sampler.releases_every_round:  # keeping them would tell that nobody joined
             unreported = torch.zeros_like(unreported)
         kept = self._server_coordinates(unreported) if bool(unreported.any()) else []
         server_params.grad = update.neg_()

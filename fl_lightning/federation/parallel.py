@@ -23,6 +23,7 @@ from queue import SimpleQueue
 from typing import Callable, Iterator, Optional
 
 import torch
+from pytorch_lightning.utilities import rank_zero_warn
 from torch import nn
 
 from fl_lightning.federation.contexts import ClientContext, ClientTask, RoundContext
@@ -30,6 +31,7 @@ from fl_lightning.errors import ConfigError
 from fl_lightning.federation.flat import FlatModel
 from fl_lightning.federation.user_module import RecordedLogs
 from fl_lightning.federation.local_training import LocalTrainer
+from fl_lightning.federation.seams import ClientRunner, SerialRunner
 from fl_lightning.federation.seeding import generator, global_rng_state, isolated_rng
 
 Result = tuple[ClientContext, torch.Tensor, RecordedLogs]
@@ -91,7 +93,23 @@ def check_parallel_clients(flat: FlatModel, loss_fn: Callable, clients, batch_si
             buffer.copy_(value)
 
 
-class ClientPool:
+def runner_for(parallel_clients: int) -> Callable[[LocalTrainer], ClientRunner]:
+    """The ClientRunner of ``model.parallel_clients`` K: K threads (``ClientPool``) when K > 1 and every callback
+    is thread safe, else one client at a time."""
+
+    def build(trainer: LocalTrainer) -> ClientRunner:
+        unsafe = [type(cb).__name__ for cb in trainer.callbacks if not cb.thread_safe]
+        if parallel_clients > 1 and unsafe:
+            rank_zero_warn(f"{', '.join(unsafe)} declares thread_safe = False: clients train one at a time "
+                           f"(model.parallel_clients {parallel_clients} ignored)")
+        elif parallel_clients > 1:
+            return ClientPool(trainer, parallel_clients, torch.get_num_threads())
+        return SerialRunner(trainer)
+
+    return build
+
+
+class ClientPool(ClientRunner):
     """K local trainers and the threads that run them; ``run`` yields each client's result in plan order.
 
     Args:
@@ -101,6 +119,7 @@ class ClientPool:
     """
 
     def __init__(self, main: LocalTrainer, parallel_clients: int, threads: int):
+        super().__init__(main)
         self.main, self.parallel_clients = main, parallel_clients
         self.threads_each = split_threads(parallel_clients, threads)
         self.trainers = [main] + [self._copy(main) for _ in range(parallel_clients - 1)]
@@ -185,16 +204,16 @@ class ClientPool:
 class ClientThreads:
     """Evaluation at a client's intra-op thread count (``threads // K`` with K clients at a time, else as it
     is), so that the global model's metrics are computed with the arithmetic of every other layout at one
-    thread per client (issue 36): a convolution's sums depend on its thread count. ``enter``/``exit`` bracket
+    thread per client: a convolution's sums depend on its thread count. ``enter``/``exit`` bracket
     an evaluation that spans several Lightning hooks."""
 
     def __init__(self):
         self._saved = None
 
-    def enter(self, pool: Optional["ClientPool"]) -> None:
-        if pool is not None and self._saved is None:
+    def enter(self, runner: Optional[ClientRunner]) -> None:
+        if runner is not None and runner.threads_each is not None and self._saved is None:
             self._saved = torch.get_num_threads()
-            torch.set_num_threads(pool.threads_each)
+            torch.set_num_threads(runner.threads_each)
 
     def exit(self) -> None:
         if self._saved is not None:

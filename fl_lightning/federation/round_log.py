@@ -52,7 +52,7 @@ class RoundLog:
             from fl_lightning.errors import ConfigError
 
             logged = ', '.join(sorted(k for k in row if '/' in k or '_' in k))
-            if self.metric == "val/acc":  # issue 30: a network with its own validation_step logs its own names
+            if self.metric == "val/acc":  # a network with its own validation_step logs its own names
                 raise ConfigError("model.target_accuracy", "val/acc is not logged (the network's own validation_step "
                                   "is the evaluation): give --model.target_metric NAME --model.target_mode min|max "
                                   f"--model.target V, NAME one of {logged}")

@@ -1,4 +1,4 @@
-"""Issue 30 item 3: a client's local epochs in an ordinary ``pl.Trainer`` the user configures
+"""A client's local epochs in an ordinary ``pl.Trainer`` the user configures
 (``model.local_trainer``: Trainer keyword arguments — callbacks, precision, accumulate_grad_batches,
 gradient_clip_val, loggers), with the algorithm's client-side hooks attached as a Lightning callback
 (``ClientHooks``: ``on_before_optimizer_step`` runs model.grad_clip and the algorithm's ``on_local_gradient``,
@@ -97,7 +97,7 @@ def train_in_trainer(local, client) -> torch.Tensor:
     callbacks = list(options.pop("callbacks", None) or [])
     defaults = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                     accelerator=local.flat.device.type, devices=1, num_sanity_val_steps=0)
-    budget = client.task.max_steps  # issue 32: partial work by a deadline
+    budget = client.task.max_steps  # partial work by a deadline
     with lightning_info_quiet():
         trainer = pl.Trainer(**{**defaults, **options}, max_epochs=client.task.local_epochs,
                              max_steps=budget if budget is not None else -1,

@@ -1,3 +1,3 @@
-"""Personalised federated learning (issue 33): each client's held-out share of its own data
+"""Personalised federated learning: each client's held-out share of its own data
 (``split``), the personalised evaluation pval/* (``evaluation``), and the callback that keeps part of
 the model on each client, in the client-state store, never uploaded (``personal``)."""

@@ -1,4 +1,4 @@
-"""pval/*: each client's own model on its own held-out data (issue 33, item 1).
+"""pval/*: each client's own model on its own held-out data.
 
 With ``data.personal_fraction`` set, every ``model.personal_eval_every`` rounds (and after the last
 round) the module evaluates, for every client — or for a sample of ``model.personal_eval_clients``

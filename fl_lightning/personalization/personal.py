@@ -1,4 +1,4 @@
-"""``PersonalPart``: coordinates of the model that every client keeps for itself (issue 33, item 2–3).
+"""``PersonalPart``: coordinates of the model that every client keeps for itself.
 
 The personal coordinates (a head, normalisation layers, FedBCGD blocks: ``select(round)`` gives
 them as slices of the flat vector, parameters and floating buffers) are

@@ -1,4 +1,4 @@
-"""Each client's held-out share of its own data (issue 33, item 1).
+"""Each client's held-out share of its own data.
 
 With ``data.personal_fraction`` f, client i's samples (its partition indices) are shuffled with a
 generator seeded by the run seed and split: h_i = max(1, round(f·n_i)) samples are held out (none

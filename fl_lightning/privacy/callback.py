@@ -102,6 +102,9 @@ class ClientDP(FLCallback):
         budget = self.options.epsilon_budget
         return budget is not None and self.epsilon_after(rounds_done + 1) > budget
 
+    def stops_before(self, round_idx: int) -> bool:
+        return self.next_round_exceeds_budget(round_idx)
+
     # -- the round --------------------------------------------------------------------------------
     def configure_round(self, round):
         if round.numel != round.num_params:

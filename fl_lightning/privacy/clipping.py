@@ -18,7 +18,7 @@ from typing import Optional
 
 import torch
 
-from fl_lightning.compression.accounting import Payload
+from fl_lightning.federation.messages import Payload
 from fl_lightning.errors import ConfigError
 
 

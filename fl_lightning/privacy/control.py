@@ -1,4 +1,4 @@
-"""``NoisedControlSum``: the Gaussian noise on SCAFFOLD's / FedBCGD+'s control-variate sum (issue 31, item 1).
+"""``NoisedControlSum``: the Gaussian noise on SCAFFOLD's / FedBCGD+'s control-variate sum.
 
 Each client's Δc is clipped to ‖Δc‖ ≤ C_c by ClientDP (over everything it uploads on the "control" channel:
 the whole model for SCAFFOLD, block j + the shared block for FedBCGD+). The server releases Σ Δc_i only

@@ -7,6 +7,7 @@ files directory gets copies of the small files too, so that ``wandb sync`` uploa
 """
 from __future__ import annotations
 
+import csv
 import os
 from typing import Optional
 
@@ -53,3 +54,15 @@ def write_start_files(trainer: pl.Trainer, datamodule, network_hparams: dict) ->
     for run_dir in run_dirs(trainer):
         datamodule.save_partition(os.path.join(run_dir, "partition.csv"))
 
+
+
+def append_rows(run_dirs: list[str], name: str, columns: tuple, rows: list[dict]) -> None:
+    """Appends rows to each run folder's CSV file ``name`` (the header when the file is new)."""
+    for run_dir in run_dirs:
+        path = os.path.join(run_dir, name)
+        new = not os.path.exists(path)
+        with open(path, "a", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=columns)
+            if new:
+                writer.writeheader()
+            writer.writerows(rows)

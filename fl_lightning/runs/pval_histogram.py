@@ -1,4 +1,4 @@
-"""``report``'s histogram of per-client personalised accuracy (issue 33): for each group of runs, every client's
+"""``report``'s histogram of per-client personalised accuracy: for each group of runs, every client's
 accuracy of its own model on its own held-out data (``pval_clients.csv``, written with ``pval/*``) at the run's
 last per-client evaluation, pooled over seeds; bins of 0.1. Written as ``<out>_pval_hist.png``/``.pdf``."""
 from __future__ import annotations

@@ -56,9 +56,8 @@ def summary(trainer: pl.Trainer, module) -> str:
     own = module.evaluation.metrics if "val/acc" not in metrics else {}  # the network's own evaluation
     shown = (", ".join(f"{k} {v:.4f}" for k, v in sorted(own.items())) if own else
              f"val/acc {accuracy['val/acc']}, test/acc {accuracy['test/acc']}")
-    dp = module.privacy_callback if module.privacy is not None else None
-    if dp is not None:  # ε, δ, sampling; near chance with a huge loss, the clipped fraction, noise-to-signal, a hint
-        value = lambda key: float(metrics[key]) if key in metrics else None
-        shown += dp.summary(value("val/acc"), value("val/loss"), getattr(trainer.datamodule, "num_classes", 0))
+    value = lambda key: float(metrics[key]) if key in metrics else None
+    for callback in module.fl_callbacks:  # e.g. client-level DP's ε, δ, sampling and, near chance, a hint
+        shown += callback.summary(value("val/acc"), value("val/loss"), getattr(trainer.datamodule, "num_classes", 0))
     return (f"fl-lightning: {trainer.current_epoch} {steps_word(module)}, final {shown}, comm/upload_d {module.loop.comm.upload_d:.2f}, run dir "
             f"{os.path.abspath(folder)}")

@@ -154,7 +154,7 @@ def summarise(curve: list[dict], target: float, window: int, budgets: list[float
         summary[f"{'acc' if c == 'val_acc' else c}_at_{budget:g}d"] = within[-1][metric] if within and reached else math.nan
         if "train/objective" in evaluated[-1]:
             summary[f"objective_at_{budget:g}d"] = within[-1]["train/objective"] if within and reached else math.nan
-    if "time/sim_s" in evaluated[-1]:  # issue 32: simulated seconds to the target, first and sustained
+    if "time/sim_s" in evaluated[-1]:  # simulated seconds to the target, first and sustained
         summary["sim_s_to_target_first"], summary["sim_s_to_target_sustained"] = floats_to_target(
             evaluated, target, window, "time/sim_s", metric, mode)
     if "train/objective" in evaluated[-1]:
@@ -164,7 +164,7 @@ def summarise(curve: list[dict], target: float, window: int, budgets: list[float
         summary["sampling"] = "poisson" if curve[-1].get("privacy/poisson") == 1 else "fixed"
         if "privacy/poisson" not in curve[-1]:  # logged before accounting version 2 (docs/privacy.md)
             summary["sampling"] = "fixed; its logged ε under-reports (old accounting)"
-    personal = [r for r in curve if "pval/acc_mean" in r]  # issue 33: the clients' own models on their own data
+    personal = [r for r in curve if "pval/acc_mean" in r]  # the clients' own models on their own data
     if personal:
         summary.update({f"final_pval_{k}": personal[-1][f"pval/{k}"] for k in ("acc_mean", "acc_p10", "acc_std")})
         if "pval_new/acc_mean" in personal[-1]:  # clients that never trained, after fine-tuning
@@ -252,12 +252,12 @@ def table(groups: dict[str, list[dict]], target: float, window: int, budgets: li
                 *(f"{'acc' if c == 'val_acc' else c}_at_{b:g}d" for b in budgets)]
         if "final_train_objective" in summaries[0]:
             keys += [f"objective_at_{b:g}d" for b in budgets] + ["final_train_objective"]
-        if all("sim_s_to_target_first" in s for s in summaries):  # issue 32: time to target, mean ± std
+        if all("sim_s_to_target_first" in s for s in summaries):  # time to target, mean ± std
             keys += ["sim_s_to_target_first", "sim_s_to_target_sustained"]
         if any("final_epsilon" in s for s in summaries):  # DP: one ε, δ and sampling per row, never averaged
             check_same_privacy(label, summaries)
             keys += ["final_epsilon", "delta"]
-        if all("final_pval_acc_mean" in s for s in summaries):  # issue 33: personalised accuracy, mean ± std
+        if all("final_pval_acc_mean" in s for s in summaries):  # personalised accuracy, mean ± std
             keys += ["final_pval_acc_mean", "final_pval_acc_p10", "final_pval_acc_std"]
             keys += ["final_pval_new_acc_mean"] if all("final_pval_new_acc_mean" in s for s in summaries) else []
             keys += [k for k in PRIOR_KEYS + LOCAL_KEYS if all(k in s for s in summaries)]  # runs.baselines
@@ -316,7 +316,7 @@ def plot(curves: dict[str, list[list[dict]]], out: Path, target: float, title: s
     import matplotlib.pyplot as plt
     import numpy as np
 
-    extras = [key for key in ("train/objective", "pval/acc_mean")  # issue 33: personalised accuracy, when logged
+    extras = [key for key in ("train/objective", "pval/acc_mean")  # personalised accuracy, when logged
               if any(key in r for runs in curves.values() for c in runs for r in c)]
     panels = [metric] + extras
     fig, axes = plt.subplots(1, len(panels), figsize=(6.5 + 4.5 * len(extras), 4.2), squeeze=False)

@@ -1,4 +1,4 @@
-"""The clients' time line of a simulated run (issue 32): ``timeline.csv`` in the run folder, one row per
+"""The clients' time line of a simulated run: ``timeline.csv`` in the run folder, one row per
 client per round (fl_lightning.systems.clock.TIMELINE_COLUMNS), and its plot for one round.
 
     fl-lightning timeline RUN_DIR [--round R] [--out PREFIX]     → PREFIX.png/.pdf (default RUN_DIR/timeline_round_R)
@@ -16,23 +16,9 @@ import os
 from pathlib import Path
 
 from fl_lightning.errors import ConfigError
-from fl_lightning.systems.clock import TIMELINE_COLUMNS
-
-FILE = "timeline.csv"
+from fl_lightning.systems.clock import TIMELINE_FILE as FILE
 SEGMENTS = (("download_s", "download", "#4C72B0"), ("compute_s", "local compute", "#DD8452"),
             ("upload_s", "upload", "#C44E52"), ("latency_s", "latency", "#8C8C8C"))
-
-
-def append_timeline(run_dirs: list[str], rows: list[dict]) -> None:
-    """Appends a round's rows to each run folder's timeline.csv (the header when the file is new)."""
-    for run_dir in run_dirs:
-        path = os.path.join(run_dir, FILE)
-        new = not os.path.exists(path)
-        with open(path, "a", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=TIMELINE_COLUMNS)
-            if new:
-                writer.writeheader()
-            writer.writerows(rows)
 
 
 def read_round(run_dir: Path, round_: int | None) -> tuple[int, list[dict]]:

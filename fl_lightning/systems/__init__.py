@@ -1,4 +1,4 @@
-"""System heterogeneity (issue 32): per-client compute, network and availability, a virtual clock,
+"""System heterogeneity: per-client compute, network and availability, a virtual clock,
 and synchronous round policies. Off unless ``model.system`` is given (docs/systems.md, "Simulated time")."""
 from fl_lightning.systems.clock import RoundSimulator, VirtualClock
 from fl_lightning.systems.fedbuff import Asynchronous, FedBuff

@@ -1,4 +1,5 @@
-"""The virtual clock (issue 32, item 2) and the round simulator the loop calls at its two hook points.
+"""The virtual clock and the round simulator: the synchronous rounds' schedule under simulated time
+(a ``RoundSchedule``, fl_lightning.federation.seams) and its sampler (``AvailableSampler``).
 
 A round starts at the clock's time t. Only clients available at t can be sampled (if none is, the
 clock first moves to the earliest time one comes online). Each sampled client's simulated time is
@@ -21,12 +22,14 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
+from fl_lightning.federation.seams import RoundSchedule, Sampler
 from fl_lightning.systems.policies import RoundPolicy
 from fl_lightning.systems.profiles import Population, samples_processed, steps_within, total_seconds
 
 
 # timeline.csv: one row per client per round (FedBuff: per arrival, ``round`` = the server step it joined);
 # status: aggregated, straggler (finished, not aggregated) or dropped (its upload never arrives / no step fitted)
+TIMELINE_FILE = "timeline.csv"
 TIMELINE_COLUMNS = ("round", "client_id", "start_s", "download_s", "compute_s", "upload_s", "latency_s", "end_s",
                     "steps", "status", "round_end_s")
 
@@ -52,9 +55,12 @@ class VirtualClock:
         self.now_s = float(state["now_s"])
 
 
-class RoundSimulator:
-    def __init__(self, population: Population, policy: RoundPolicy, batch_size: int):
-        self.population, self.policy, self.batch_size = population, policy, batch_size
+class RoundSimulator(RoundSchedule):
+    """Synchronous rounds on the virtual clock: each client's step budget by the deadline (``planned``), the
+    policy's choice of the trained clients (``arrived``); ``per_round``: S, the clients the policy needs."""
+
+    def __init__(self, population: Population, policy: RoundPolicy, batch_size: int, per_round: int = 0):
+        self.population, self.policy, self.batch_size, self.per_round = population, policy, batch_size, per_round
         self.clock = VirtualClock()
         self.last: dict[str, float] = {}
         self.timeline: list[dict] = []  # the last round's clients (TIMELINE_COLUMNS), in plan order
@@ -89,6 +95,15 @@ class RoundSimulator:
         for task, budget in zip(tasks, steps.tolist()):
             task.max_steps = int(budget)
             task.lost = task.lost or task.max_steps == 0
+
+    def planned(self, plan) -> None:
+        self.budget_steps(plan, plan.numel)
+
+    def arrived(self, trained, plan):
+        return self.admit(trained, plan, self.per_round)
+
+    def files(self) -> list[tuple[str, tuple, list[dict]]]:
+        return [(TIMELINE_FILE, TIMELINE_COLUMNS, self.timeline)]
 
     def admit(self, trained: Iterable[tuple[int, tuple]], plan, per_round: int) -> Iterator[tuple[int, tuple]]:
         """Hook 2: holds the round's trained clients, times them, marks the ones the policy does not
@@ -133,3 +148,13 @@ class RoundSimulator:
 
     def metrics(self) -> dict[str, float]:
         return dict(self.last) if self.last else {"time/sim_s": self.clock.now_s}
+
+
+class AvailableSampler(Sampler):
+    """S of the clients online at the round's start (the round simulator's clock; the policy's count)."""
+
+    def __init__(self, simulator: RoundSimulator, per_round: int):
+        self.simulator, self.per_round = simulator, per_round
+
+    def sample(self, round_idx: int, rng: np.random.Generator) -> list[int]:
+        return self.simulator.sample(rng, self.per_round)

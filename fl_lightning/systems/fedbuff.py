@@ -1,4 +1,4 @@
-"""Asynchronous training, FedBuff (issue 32, item 4; Nguyen et al., AISTATS 2022: buffered asynchronous
+"""Asynchronous training, FedBuff (Nguyen et al., AISTATS 2022: buffered asynchronous
 aggregation). ``--model.asynchronous fedbuff --model.asynchronous.buffer_size K
 --model.asynchronous.concurrency C`` (needs ``--model.system``: the clients' simulated times).
 
@@ -42,12 +42,13 @@ import numpy as np
 import torch
 
 from fl_lightning.callbacks import CompressedUpload
-from fl_lightning.compression.accounting import Part, Payload, ReceivedSums
+from fl_lightning.federation.messages import Part, Payload, ReceivedSums
 from fl_lightning.compression.codecs import Codec
 from fl_lightning.errors import ConfigError
-from fl_lightning.federation.contexts import ClientTask, RoundContext
+from fl_lightning.federation.contexts import ClientTask
+from fl_lightning.federation.seams import RoundSchedule
 from fl_lightning.federation.seeding import Purpose, derive_seed
-from fl_lightning.systems.clock import VirtualClock, timeline_rows
+from fl_lightning.systems.clock import TIMELINE_COLUMNS, TIMELINE_FILE, VirtualClock, timeline_rows
 from fl_lightning.systems.profiles import samples_processed, total_seconds
 
 ASYNC_STREAM = 0xA5C  # derive_seed(ASYNC_STREAM, launch, ...): the launches' draws
@@ -96,10 +97,10 @@ def resolve_asynchronous(value) -> Optional[Asynchronous]:
     raise ConfigError("model.asynchronous", f"needs fedbuff or an Asynchronous, got {type(value).__name__}")
 
 
-class FedBuff:
-    """The event queue and the server steps; ``step`` replaces the loop's synchronous round."""
-
-    replaces_rounds = True
+class FedBuff(RoundSchedule):
+    """The event queue and the server steps: a ``RoundSchedule`` whose ``run`` (one server step) replaces the
+    loop's synchronous round; it trains, counts and steps through the loop's schedule interface
+    (``plan``, ``train``, ``count_traffic``, ``step_server``)."""
 
     def __init__(self, options: Asynchronous, population, batch_size: int):
         self.options, self.population, self.batch_size = options, population, batch_size
@@ -129,13 +130,10 @@ class FedBuff:
             ranges = blocks.upload_ranges(int(order[k % n]))
         task = ClientTask(client_id, 0, derive_seed(ASYNC_STREAM, k, client_id), loop.clients.num_samples(client_id),
                           list(ranges), loop.config.local_epochs)
-        plan = RoundContext(self.server_steps, loop.optimizer.param_groups[0]["lr"], [task],
-                            {"delta": loop.flat.numel}, len(loop.clients), loop.flat.num_params, loop.flat.numel,
-                            blocks, loop.client_state, loop.flat.device, loop.clients.offsets[-1],
-                            tuple(loop.flat.segments))
+        plan = loop.plan(self.server_steps, [task], {"delta": loop.flat.numel})
         for codec in (cb for cb in loop.callbacks if isinstance(cb, CompressedUpload)):
             codec.configure_round(plan)  # a stateless codec: its sizes and segments only
-        client, loss_sum, _ = loop.local_trainer.run_client(task, plan)
+        client, loss_sum, _ = loop.train(task, plan)
         parts = [(p.channel, list(p.ranges), p.values().detach().clone()) for p in client.upload.parts]
         started = time.perf_counter()
         up, down = client.upload.nbytes, client.download.nbytes
@@ -158,7 +156,7 @@ class FedBuff:
             self._launch(loop, candidate)
 
     # -- one server step ----------------------------------------------------------------------------
-    def step(self, loop, step_idx: int) -> Optional[torch.Tensor]:
+    def run(self, loop, step_idx: int) -> Optional[torch.Tensor]:
         """K arrivals (launching a new client after each), then one server step; the arrivals' mean local loss."""
         started_s = self.clock.now_s
         self._fill(loop)
@@ -182,8 +180,8 @@ class FedBuff:
             taus.append(tau)
             if len(taus) < self.options.buffer_size:
                 self._fill(loop)
-        loop.comm.add_round(uploads, downloads)
-        loop.server_update(step_idx, received)
+        loop.count_traffic(uploads, downloads)
+        loop.step_server(step_idx, received)
         self.server_steps += 1
         self._fill(loop)  # the client launched at the K-th arrival starts from the model after this step
         loop.flat.load(loop.global_vector)
@@ -201,6 +199,9 @@ class FedBuff:
         segments = self.population.client_segments(ids, down, up, samples)
         starts = np.asarray(finish) - total_seconds(segments)
         return timeline_rows(step_idx, ids, starts, segments, steps, ["aggregated"] * len(ids), self.clock.now_s)
+
+    def files(self) -> list[tuple[str, tuple, list[dict]]]:
+        return [(TIMELINE_FILE, TIMELINE_COLUMNS, self.timeline)]
 
     def metrics(self) -> dict[str, float]:
         return dict(self.last) if self.last else {"time/sim_s": self.clock.now_s}

@@ -1,4 +1,4 @@
-"""``--model.system``: the option that turns the system simulation on (issue 32). Unset (the default),
+"""``--model.system``: the option that turns the system simulation on. Unset (the default),
 nothing of it runs and every number is what it was without it.
 
     --model.system mobile                       a named profile (fl_lightning.systems.profiles)

@@ -1,4 +1,4 @@
-"""Synchronous round policies (issue 32, item 3): which of a round's clients the server aggregates,
+"""Synchronous round policies: which of a round's clients the server aggregates,
 given each one's simulated finishing time, and when the round ends.
 
 ``--model.round_policy NAME --model.round_policy.OPTION V`` (or a ``RoundPolicy`` from Python):
@@ -18,7 +18,7 @@ given each one's simulated finishing time, and when the round ends.
   and its partial update is aggregated; one that cannot fit a single step is a straggler. FedNova's τ_i
   then really differ.
 
-Only clients available at the round's start are sampled (fl_lightning.systems.simulator).
+Only clients available at the round's start are sampled (fl_lightning.systems.clock.AvailableSampler).
 """
 from __future__ import annotations
 

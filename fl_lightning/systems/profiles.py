@@ -1,4 +1,4 @@
-"""Per-client system parameters (issue 32, item 1): compute speed, uplink and downlink bandwidth,
+"""Per-client system parameters: compute speed, uplink and downlink bandwidth,
 latency and availability, for a whole population held as numpy arrays (one float64 array per
 quantity, so 10,000 clients cost about 0.6 MB and no per-client Python objects).
 

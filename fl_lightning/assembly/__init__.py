@@ -1,0 +1,3 @@
+"""The fit's assembly: it chooses the round's parts (sampler, client runner, schedule: fl_lightning.federation.seams)
+from the options and builds the loop, so it sits above every package whose parts it picks (systems, privacy,
+personalization, algorithms) and below the module that calls it (docs/architecture.md)."""

@@ -1,0 +1,128 @@
+"""The round's three seams (docs/architecture.md, "The round's seams"): who is asked, who trains them, when the
+server steps. The loop (fl_lightning.federation.loop) asks its parts and names no feature; the assembly
+(fl_lightning.assembly.session) chooses them.
+
+- ``Sampler.sample(round_idx, rng)``: the round's client ids, sorted (uniform; Poisson; availability-aware in
+  fl_lightning.systems).
+- ``ClientRunner.run(positions, plan)``: (position, (client, loss sum, logs)) for each position, in plan order;
+  ``reported(client)`` once the client's upload arrived (serial; K threads in fl_lightning.federation.parallel;
+  remote nodes in fl_lightning.deploy.remote).
+- ``RoundSchedule``: ``planned(plan)`` after the hooks' ``configure_round``, ``arrived(trained, plan)`` over the
+  trained clients (both identity here), or ``run(engine, round_idx)`` replacing the synchronous round
+  altogether (deadline/over-selection and FedBuff in fl_lightning.systems).
+
+Every part has ``state_dict()``/``load_state_dict()`` (in the checkpoint, for an exact resume), ``metrics()``
+(added to the round's row), ``files()`` (rows appended to the run folder's CSV files) and ``close()``.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Iterator, Optional
+
+import numpy as np
+import torch
+
+from fl_lightning.federation.contexts import RoundContext
+from fl_lightning.federation.local_training import LocalTrainer, call_hook
+
+Trained = tuple[int, tuple]  # (position, (ClientContext, loss sum, RecordedLogs))
+
+
+class Part:
+    """What every seam shares; each default is "nothing"."""
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def files(self) -> list[tuple[str, tuple, list[dict]]]:
+        """(file name, columns, rows) to append to the run folder's CSV files after each round."""
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+class Sampler(Part):
+    """Who is asked this round. ``poisson_rate``: q when each client joins independently with probability q (it
+    reaches the round's plan), else None. ``releases_every_round``: the server steps every round on every
+    coordinate, even when no upload arrived (a noised release must not reveal that nobody joined)."""
+
+    poisson_rate: Optional[float] = None
+    releases_every_round = False
+
+    def sample(self, round_idx: int, rng: np.random.Generator) -> list[int]:
+        raise NotImplementedError
+
+
+class UniformSampler(Sampler):
+    """S of M clients without replacement, never one of ``excluded`` (clients held out of training)."""
+
+    def __init__(self, num_clients: int, per_round: int, excluded: Iterable[int] = ()):
+        self.num_clients, self.per_round, self.excluded = num_clients, per_round, tuple(excluded)
+
+    def sample(self, round_idx: int, rng: np.random.Generator) -> list[int]:
+        if self.excluded:
+            eligible = np.setdiff1d(np.arange(self.num_clients), self.excluded)
+            return sorted(rng.choice(eligible, self.per_round, replace=False).tolist())
+        return sorted(rng.choice(self.num_clients, self.per_round, replace=False).tolist())
+
+
+class PoissonSampler(Sampler):
+    """Each client independently with probability q (client-level DP's amplification by sampling)."""
+
+    releases_every_round = True
+
+    def __init__(self, num_clients: int, rate: float):
+        self.num_clients, self.poisson_rate = num_clients, rate
+
+    def sample(self, round_idx: int, rng: np.random.Generator) -> list[int]:
+        return np.flatnonzero(rng.random(self.num_clients) < self.poisson_rate).tolist()
+
+
+class ClientRunner(Part):
+    """Who trains the round's clients, and how. Built from the loop's ``LocalTrainer``.
+
+    ``run`` yields (position, (client, loss_sum, logs)) for each of ``positions``, in that order; ``reported``
+    runs once a client's upload arrived and is finite (default: the callbacks' ``on_client_reported``).
+    ``threads_each``: intra-op threads each client trains at (the global model is evaluated at as many);
+    None: the process's."""
+
+    threads_each: Optional[int] = None
+
+    def __init__(self, trainer: LocalTrainer):
+        self.trainer = trainer
+
+    def run(self, positions: list[int], plan: RoundContext) -> Iterator[Trained]:
+        raise NotImplementedError
+
+    def reported(self, client) -> None:
+        call_hook(self.trainer.callbacks, "on_client_reported", client)
+
+
+class SerialRunner(ClientRunner):
+    """One client at a time on the loop's working model."""
+
+    def run(self, positions: list[int], plan: RoundContext) -> Iterator[Trained]:
+        for position in positions:
+            yield position, self.trainer.run_client(plan.clients[position], plan)
+
+
+class RoundSchedule(Part):
+    """When the server steps. The default is the synchronous round: every planned client, then one step."""
+
+    def run(self, engine, round_idx: int) -> Optional[torch.Tensor]:
+        """One epoch of training: the reporting clients' mean loss, or None if nobody reported. ``engine`` is
+        the loop (``plan``, ``train``, ``count_traffic``, ``step_server``, ``synchronous_round``)."""
+        return engine.synchronous_round(round_idx)
+
+    def planned(self, plan: RoundContext) -> None:
+        """After the hooks' ``configure_round``: may set each task's ``max_steps`` or ``lost``."""
+
+    def arrived(self, trained: Iterator[Trained], plan: RoundContext) -> Iterator[Trained]:
+        """The trained clients, in plan order; a task marked ``lost`` here is not aggregated."""
+        return trained

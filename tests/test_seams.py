@@ -1,0 +1,110 @@
+"""The round's seams (docs/architecture.md, "The round's seams"): a sampler, a runner and a schedule written from
+the docs alone, run on ToyFederation's real loop, with hand-checked clients and updates."""
+import torch
+from torch import nn
+
+from fl_lightning.algorithms import FedAvg
+from fl_lightning.assembly.toy import ToyFederation
+from fl_lightning.federation.seams import RoundSchedule, Sampler, SerialRunner
+
+
+class RoundRobin(Sampler):
+    """Clients in turn, ``per_round`` at a time; its cursor is its state."""
+
+    def __init__(self, num_clients: int, per_round: int):
+        self.num_clients, self.per_round, self.next = num_clients, per_round, 0
+
+    def sample(self, round_idx, rng):
+        chosen = [(self.next + i) % self.num_clients for i in range(self.per_round)]
+        self.next = (self.next + self.per_round) % self.num_clients
+        return sorted(chosen)
+
+    def state_dict(self):
+        return {"next": self.next}
+
+    def load_state_dict(self, state):
+        self.next = state["next"]
+
+    def metrics(self):
+        return {"sampler/next": float(self.next)}
+
+
+class Recording(SerialRunner):
+    """The serial runner, recording which clients it trained (with their uploads) and which reported."""
+
+    def __init__(self, trainer):
+        super().__init__(trainer)
+        self.trained, self.reports = [], []
+
+    def run(self, positions, plan):
+        for position, result in super().run(positions, plan):
+            self.trained.append((plan.round, result[0].client_id, result[0].upload.parts[0].values().clone()))
+            yield position, result
+
+    def reported(self, client):
+        self.reports.append((client.round, client.client_id))
+        super().reported(client)
+
+
+class LastOneLate(RoundSchedule):
+    """Synchronous rounds whose last planned client always arrives too late to be aggregated."""
+
+    def arrived(self, trained, plan):
+        for position, result in trained:
+            if position == len(plan.clients) - 1:
+                plan.clients[position].lost = True
+            yield position, result
+
+
+def clients(m=5, n=4):
+    torch.manual_seed(1)
+    return [(torch.randn(n, 3), torch.randint(0, 2, (n,))) for _ in range(m)]
+
+
+def toy(tmp_path, **parts):
+    torch.manual_seed(0)
+    return ToyFederation(nn.Linear(3, 2), FedAvg(), clients(), str(tmp_path), lr=0.1, batch_size=4,
+                         clients_per_round=2, **parts)
+
+
+def test_round_robin_sampler_recording_runner_and_a_late_client_schedule(tmp_path):
+    fed = toy(tmp_path, sampler=RoundRobin(5, 3), runner=Recording, schedule=LastOneLate())
+    x = fed.global_params.clone()
+    fed.run_round(0)
+    runner = fed.loop.runner
+    assert [(r, c) for r, c, _ in runner.trained] == [(0, 0), (0, 1), (0, 2)]
+    assert runner.reports == [(0, 0), (0, 1)]  # client 2 came late: trained, never aggregated
+    deltas = {c: d for _, c, d in runner.trained}
+    torch.testing.assert_close(fed.global_params, x + (deltas[0] + deltas[1]) / 2, rtol=0, atol=1e-7)
+    assert fed.loop.comm.clients_reported == 2 and fed.loop.comm.clients_dropped == 1
+    fed.run_round(1)
+    fed.run_round(2)
+    assert [c for r, c, _ in runner.trained if r == 1] == [0, 3, 4]  # 3, 4, then 0 again: sorted
+    assert [c for r, c, _ in runner.trained if r == 2] == [1, 2, 3]
+    assert runner.reports[2:] == [(1, 0), (1, 3), (2, 1), (2, 2)]
+    assert fed.loop.metrics() == {"sampler/next": 4.0}
+    assert fed.loop.state_dict() == {"sampler": {"next": 4}}
+
+
+def test_a_part_state_resumes_exactly(tmp_path):
+    whole = toy(tmp_path / "a", sampler=RoundRobin(5, 2), runner=Recording)
+    for r in range(3):
+        whole.run_round(r)
+    half = toy(tmp_path / "b", sampler=RoundRobin(5, 2), runner=Recording)
+    for r in range(2):
+        half.run_round(r)
+    resumed = toy(tmp_path / "c", sampler=RoundRobin(5, 2), runner=Recording)
+    resumed.loop.load_state_dict(half.loop.state_dict())
+    resumed.global_vector.copy_(half.global_vector)
+    resumed.flat.load(resumed.global_vector)
+    resumed.run_round(2)
+    assert [c for _, c, _ in resumed.loop.runner.trained] == [0, 4]  # clients 4, 0 after 0, 1 and 2, 3
+    assert torch.equal(resumed.global_vector, whole.global_vector)
+
+
+def test_default_parts_are_uniform_serial_synchronous(tmp_path):
+    fed = toy(tmp_path)
+    assert [type(p).__name__ for p in fed.loop.parts().values()] == ["UniformSampler", "SerialRunner",
+                                                                     "RoundSchedule"]
+    assert fed.loop.sample_clients(0) == fed.loop.sample_clients(0) and len(fed.loop.sample_clients(0)) == 2
+    assert fed.loop.metrics() == {} and fed.loop.state_dict() == {}
