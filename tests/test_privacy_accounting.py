@@ -16,6 +16,7 @@ from torch import nn
 
 from fl_lightning.algorithms import create
 from fl_lightning.cli import main as cli_main
+from fl_lightning.federation.seams import PoissonSampler
 from fl_lightning.federation.seeding import Purpose, derive_seed
 from fl_lightning.federation.toy import ToyFederation
 from fl_lightning.privacy import ClientDP, PrivacyOptions, accountant
@@ -95,8 +96,7 @@ def test_poisson_cohort_is_binomial_and_its_noise_has_std_z_times_clip():
     algorithm, _ = create("fedavg")
     dp = ClientDP(PrivacyOptions(noise_multiplier=1.3, clip=0.7, sampling="poisson"), rounds=10)
     fed = ToyFederation(net, algorithm, [(x[i:i + 2], y[i:i + 2]) for i in range(0, 2 * clients, 2)], "state",
-                        lr=0.0, extra_callbacks=[dp])
-    fed.loop.config.poisson_rate = q
+                        lr=0.0, extra_callbacks=[dp], sampler=PoissonSampler(clients, q))
     sizes = np.array([len(fed.loop.sample_clients(r)) for r in range(2000)])
     n = len(sizes)
     assert abs(sizes.mean() - clients * q) < 4.5 * math.sqrt(clients * q * (1 - q) / n)
@@ -249,8 +249,7 @@ def test_a_poisson_round_nobody_joined_still_releases_its_noise():
     algorithm, _ = create("fedavg")
     dp = ClientDP(PrivacyOptions(noise_multiplier=1.0, clip=0.5, sampling="poisson"), rounds=12)
     fed = ToyFederation(net, algorithm, [(x[i:i + 2], y[i:i + 2]) for i in range(0, 8, 2)], "state", lr=0.0,
-                        extra_callbacks=[dp])
-    fed.loop.config.poisson_rate = 0.25
+                        extra_callbacks=[dp], sampler=PoissonSampler(4, 0.25))
     dp.prepare(4, 1, 12)
     empty = 0
     for r in range(12):

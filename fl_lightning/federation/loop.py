@@ -213,7 +213,7 @@ class FederatedLoop:
         lost, non_finite = int(tally.lost.sum()), int(tally.non_finite.sum())
         self.count_traffic(tally.upload_bytes.long().tolist(), tally.download_bytes.long().tolist(),
                            clients_dropped=lost + non_finite)
-        self._report_drops(round_idx, len(plan.clients), lost, non_finite)
+        self._report_drops(round_idx, len(plan.clients), lost, non_finite, self.sampler.releases_every_round)
         reported = len(plan.clients) - lost - non_finite
         if reported or self.sampler.releases_every_round:  # e.g. Poisson sampling under DP: the noise is released
             self.server_update(round_idx, received)
@@ -222,13 +222,13 @@ class FederatedLoop:
         return tally.mean_loss() if reported else None
 
     @staticmethod
-    def _report_drops(round_idx: int, sampled: int, lost: int, non_finite: int) -> None:
+    def _report_drops(round_idx: int, sampled: int, lost: int, non_finite: int, steps_anyway: bool) -> None:
         if non_finite and non_finite == sampled - lost:
             raise DivergenceError(f"round {round_idx + 1}: every client's update was NaN/inf; lower model.lr or "
                                   "model.server_lr")
         if non_finite:
             rank_zero_warn(f"round {round_idx + 1}: dropped {non_finite} client update(s) with NaN/inf")
-        if lost == sampled:
+        if lost == sampled and not steps_anyway:  # (a release every round, e.g. DP's Poisson: the server steps)
             rank_zero_warn(f"round {round_idx + 1}: none of the {sampled} sampled clients reported; the global "
                            "model and the algorithm's state are unchanged this round")
 
