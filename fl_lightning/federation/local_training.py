@@ -36,6 +36,8 @@ class LocalConfig:
     local_trainer: Optional[dict] = None  # Trainer options: local epochs in a user-configured pl.Trainer (issue 30)
     poisson_rate: Optional[float] = None  # q: each client joins a round independently with probability q (issue 31)
     excluded_clients: tuple = ()  # never sampled: new clients for pval_new/* (issue 33)
+    client_runner: str = "serial"  # serial, threads (parallel_clients K), batched (fl_lightning.federation.batched)
+    cohort_size: Optional[int] = None  # B: clients per batched step (batched); None: from memory
 
 
 def call_hook(callbacks: Sequence[FLCallback], hook: str, context) -> None:

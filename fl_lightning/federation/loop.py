@@ -35,6 +35,7 @@ from fl_lightning.federation.flat import FlatModel
 from fl_lightning.federation.user_module import LoggedValues
 from fl_lightning.federation.local_training import LocalConfig, LocalTrainer, call_hook
 from fl_lightning.federation.parallel import ClientPool
+from fl_lightning.federation.batched import BatchedRunner
 from fl_lightning.federation.seeding import Purpose, derive_seed
 
 
@@ -124,6 +125,12 @@ class FederatedLoop:
                            f"(model.parallel_clients {config.parallel_clients} ignored)")
         elif config.parallel_clients > 1:
             self.pool = ClientPool(self.local_trainer, config.parallel_clients, torch.get_num_threads())
+        self.runner = None  # model.client_runner batched: B clients as one batched model
+        if config.client_runner == "batched" and unsafe:
+            rank_zero_warn(f"{', '.join(unsafe)} declares thread_safe = False: clients train one at a time "
+                           "(model.client_runner batched ignored)")
+        elif config.client_runner == "batched":
+            self.runner = BatchedRunner(self.local_trainer, config.cohort_size)
 
     def _call(self, hook: str, context) -> None:
         call_hook(self.callbacks, hook, context)
@@ -228,8 +235,8 @@ class FederatedLoop:
         if self.elsewhere is not None:
             yield from self.elsewhere.run(positions, plan)
             return
-        if self.pool is not None:
-            yield from self.pool.run(positions, plan)
+        if self.pool is not None or self.runner is not None:
+            yield from (self.runner or self.pool).run(positions, plan)
             return
         for position in positions:
             yield position, self.local_trainer.run_client(plan.clients[position], plan)

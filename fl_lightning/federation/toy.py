@@ -8,7 +8,8 @@
 
 Every client takes part each round (clients_per_round = M unless given); the local optimizer is SGD
 with a constant lr; the server optimizer is the algorithm's; ``loss_fn(network, x, y)`` (default cross
-entropy); ``parallel_clients`` trains K clients at once (fl_lightning.federation.parallel).
+entropy); ``parallel_clients`` trains K clients at once (fl_lightning.federation.parallel), ``client_runner``
+``batched`` B = ``cohort_size`` clients as one batched model (fl_lightning.federation.batched).
 """
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ class ToyFederation:
                  clients_per_round: Optional[int] = None, weight_decay: float = 0.0, momentum: float = 0.0,
                  weighted_aggregation: bool = False, codec: Optional[Codec] = None,
                  loss_fn: Optional[Callable] = None, extra_callbacks: Sequence[FLCallback] = (),
-                 parallel_clients: int = 1):
+                 parallel_clients: int = 1, client_runner: str = "serial", cohort_size: Optional[int] = None,
+                 grad_clip: Optional[float] = None):
         self.algorithm = algorithm
         algorithm.check_network(network)
         self.blocks = partition_for(network, algorithm)
@@ -53,7 +55,8 @@ class ToyFederation:
         os.makedirs(directory, exist_ok=True)
         self.client_state = ClientStateStore(len(clients), directory)
         config = LocalConfig(clients_per_round or len(clients), local_epochs, batch_size, weighted_aggregation,
-                             algorithm.default_grad_clip(), parallel_clients=parallel_clients)
+                             grad_clip if grad_clip is not None else algorithm.default_grad_clip(),
+                             parallel_clients=parallel_clients, client_runner=client_runner, cohort_size=cohort_size)
         loss = loss_fn or (lambda net, xb, yb: F.cross_entropy(net(xb), yb))
         self.loop = FederatedLoop(self.flat, ClientData(x, y, offsets), loss, local, config, self.callbacks,
                                   self.global_vector, self.server_optimizer, self.client_state, blocks=self.blocks)
