@@ -46,7 +46,7 @@ def start_rounds(module) -> None:
     config = LocalConfig(hp.clients_per_round, hp.local_epochs, hp.batch_size, hp.weighted_aggregation,
                          grad_clip, hp.client_dropout, hp.parallel_clients, module.local_trainer,
                          poisson_rate(module.privacy, hp.clients_per_round, trainer.datamodule.num_clients),
-                         tuple(new))
+                         tuple(new), hp.get("client_runner", "serial"), hp.get("cohort_size"))
     module.global_vector.copy_(module.flat.vector)  # x^r: the network holds it (restored on resume)
     server, local = module.optimizers()
     clients = trainer.datamodule.clients.to(module.device)
