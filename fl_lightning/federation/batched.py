@@ -19,6 +19,7 @@ What it cannot batch is refused before the run (``check_batched``, one ConfigErr
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Callable, Iterator, Optional
 
 import torch
@@ -28,6 +29,7 @@ from torch.func import functional_call, grad_and_value, vmap
 from fl_lightning.errors import ConfigError
 from fl_lightning.federation.contexts import ClientContext, ClientTask, RoundContext
 from fl_lightning.federation.local_training import LocalTrainer, call_hook, overriding
+from fl_lightning.federation.memory_format import HANDLE, set_channels_last
 from fl_lightning.federation.parallel import check_parallel_clients
 from fl_lightning.federation.seeding import (Stream, generator, global_rng_state, isolated_rng, seed_global_rng,
                                              stream_seed)
@@ -80,6 +82,17 @@ def cohort_size(requested: Optional[int], clients: int, numel: int, device: torc
         return max(1, clients)
     free, _ = torch.cuda.mem_get_info(device)
     return max(1, min(clients, free // 4 // (COPIES_PER_CLIENT * numel * BYTES_PER_FLOAT)))
+
+
+@contextmanager
+def contiguous_inputs(net: nn.Module):
+    """Inside: no channels-last input hook (fl_lightning.federation.memory_format), which vmap cannot run."""
+    laid_out = HANDLE in net.__dict__
+    set_channels_last(net, False)
+    try:
+        yield
+    finally:
+        set_channels_last(net, laid_out)
 
 
 class BatchedRunner:
@@ -197,7 +210,7 @@ class BatchedRunner:
             weights = ys[:, :d] if every else ys[index, :d]
             xb = torch.stack([clients[row].batch[0] for row in rows])
             yb = torch.stack([clients[row].batch[1] for row in rows])
-            with self.main.forward_context():
+            with self.main.forward_context(), contiguous_inputs(self.main.flat.net):
                 g, loss = self._step(weights.detach(), xb, yb)
             if every:
                 grads.copy_(g)
