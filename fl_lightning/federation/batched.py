@@ -19,7 +19,6 @@ What it cannot batch is refused before the run (``check_batched``, one ConfigErr
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
 from typing import Callable, Iterator, Optional
 
 import torch
@@ -29,10 +28,10 @@ from torch.func import functional_call, grad_and_value, vmap
 from fl_lightning.errors import ConfigError
 from fl_lightning.federation.contexts import ClientContext, ClientTask, RoundContext
 from fl_lightning.federation.local_training import LocalTrainer, call_hook, overriding
-from fl_lightning.federation.memory_format import HANDLE, set_channels_last
 from fl_lightning.federation.parallel import check_parallel_clients
 from fl_lightning.federation.seeding import (Stream, generator, global_rng_state, isolated_rng, seed_global_rng,
                                              stream_seed)
+from fl_lightning.federation.stack import Stack
 from fl_lightning.federation.user_module import RecordedLogs, is_lightning
 
 FIELD = "model.client_runner"
@@ -84,17 +83,6 @@ def cohort_size(requested: Optional[int], clients: int, numel: int, device: torc
     return max(1, min(clients, free // 4 // (COPIES_PER_CLIENT * numel * BYTES_PER_FLOAT)))
 
 
-@contextmanager
-def contiguous_inputs(net: nn.Module):
-    """Inside: no channels-last input hook (fl_lightning.federation.memory_format), which vmap cannot run."""
-    laid_out = HANDLE in net.__dict__
-    set_channels_last(net, False)
-    try:
-        yield
-    finally:
-        set_channels_last(net, laid_out)
-
-
 class BatchedRunner:
     """Trains the plan's clients B at a time on stacked weights; ``run`` yields each client's result
     (``LocalTrainer.run_client``'s) in plan order.
@@ -115,8 +103,8 @@ class BatchedRunner:
         flat = main.flat
         self._segments = [s for s in flat.segments if s.is_param]
         self._module = _LossOf(flat.net, main.loss_fn)
-        step = vmap(grad_and_value(self._loss))
-        self._step = torch.compile(step) if compile else step
+        gradients = vmap(grad_and_value(self._loss))
+        self._gradients = torch.compile(gradients) if compile else gradients
         self.cohort = 0  # B of the last round
 
     def _loss(self, row: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -148,25 +136,24 @@ class BatchedRunner:
 
     # -- one cohort -------------------------------------------------------------------------
     def _train_cohort(self, tasks: list[ClientTask], plan: RoundContext) -> list[tuple]:
-        main, flat = self.main, self.main.flat
+        main = self.main
         group = main.optimizer.param_groups[0]
         lr, wd, momentum = group["lr"], group.get("weight_decay", 0.0), group.get("momentum", 0.0)
-        b, d = len(tasks), flat.num_params
-        ys = main.global_vector.unsqueeze(0).repeat(b, 1)  # Y: every row y ← x^r
-        grads = torch.zeros(b, d, dtype=ys.dtype, device=ys.device)  # G
-        buffers = torch.zeros_like(grads) if momentum else None
+        stack = Stack(self._gradients, main.global_vector, len(tasks), main.flat.num_params, momentum,
+                      self._replays, main.forward_context, main.flat.net)
         clients = []
         for row, task in enumerate(tasks):
             weight = task.num_samples if main.config.weighted_aggregation else 1.0
-            client = ClientContext(task, plan.round, plan.lr, wd, momentum, weight, ys[row], grads[row],
-                                   main.global_vector, full_gradient=main.full_gradient,
-                                   gradient_at_global=main.gradient_at_global)
+            client = ClientContext(task, plan.round, plan.lr, wd, momentum, weight, stack.models[row],
+                                   stack.grads[row], main.global_vector,
+                                   full_gradient=lambda c, row=row: self._full_gradients(stack, clients)[row],
+                                   gradient_at_global=lambda c, row=row: stack.at_global[row])
             client.download.add("model", 0, main.global_vector)
-            call_hook(self.callbacks, "on_client_start", client)
             clients.append(client)
+        for client in clients:  # every client exists first: ∇f_i(x^r) is computed for all at once
+            call_hook(self.callbacks, "on_client_start", client)
         batches = [self._batches(task) for task in tasks]
-        losses = torch.zeros(b, device=ys.device)
-        active = list(range(b))
+        active = list(range(len(tasks)))
         while True:
             drawn = [(row, next(batches[row], None)) for row in active]
             active = [row for row, batch in drawn if batch is not None]
@@ -175,9 +162,9 @@ class BatchedRunner:
             for row, batch in drawn:
                 if batch is not None:
                     clients[row].batch = batch
-            self._forward_backward(clients, active, ys, grads, losses)
-            self._local_step(clients, active, ys, grads, buffers, lr, wd, momentum)
-        return [self._finish(client, losses[row]) for row, client in enumerate(clients)]
+            stack.forward_backward([clients[row].batch for row in active], active)
+            self._local_step(clients, active, stack, lr, wd)
+        return [self._finish(client, stack.losses[row]) for row, client in enumerate(clients)]
 
     def _batches(self, task: ClientTask) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """The client's minibatches in the serial runner's order, with its augmentation draws."""
@@ -198,59 +185,37 @@ class BatchedRunner:
                 steps += 1
                 yield main.clients.prepare(xs[start:start + batch], augmentation), ys[start:start + batch]
 
-    def _forward_backward(self, clients, active, ys, grads, losses) -> None:
-        """∇f_i(y_i; ζ_i) into G's rows and the losses summed, one vmapped call per minibatch size."""
-        by_size: dict[int, list[int]] = {}
-        for row in active:
-            by_size.setdefault(len(clients[row].batch[1]), []).append(row)
-        d = grads.shape[1]
-        for rows in by_size.values():
-            every = len(rows) == ys.shape[0]
-            index = None if every else torch.tensor(rows, device=ys.device)
-            weights = ys[:, :d] if every else ys[index, :d]
-            xb = torch.stack([clients[row].batch[0] for row in rows])
-            yb = torch.stack([clients[row].batch[1] for row in rows])
-            with self.main.forward_context(), contiguous_inputs(self.main.flat.net):
-                g, loss = self._step(weights.detach(), xb, yb)
-            if every:
-                grads.copy_(g)
-                losses.add_(loss.detach().float())
-            else:
-                grads.index_copy_(0, index, g.to(grads.dtype))
-                losses.index_add_(0, index, loss.detach().float())
+    def _full_gradients(self, stack: "Stack", clients: list[ClientContext]) -> torch.Tensor:
+        """∇f_i(x^r) of every client of the cohort (rows), computed once, batch by batch as
+        ``LocalTrainer.full_gradient`` does, with each client's own augmentation stream."""
+        if stack.full is None:
+            main, batch = self.main, self.main.config.batch_size
+            passes = []
+            for client in clients:
+                x, y = main.data_of(client.task)
+                augmentation = generator(stream_seed(client.task.seed, Stream.FULL_GRADIENT_AUGMENTATION), x.device)
+                passes.append([(main.clients.prepare(x[s:s + batch], augmentation), y[s:s + batch], len(y))
+                               for s in range(0, len(y), batch)])
+            stack.full = torch.zeros_like(stack.grads)
+            for k in range(max(len(p) for p in passes)):
+                rows = [row for row, p in enumerate(passes) if k < len(p)]
+                stack.add_full_gradient([passes[row][k] for row in rows], rows)
+        return stack.full
 
-    def _local_step(self, clients, active, ys, grads, buffers, lr, wd, momentum) -> None:
+    def _local_step(self, clients, active, stack: "Stack", lr: float, wd: float) -> None:
         """Clip, the gradient hooks, SGD on the active rows, the step hooks: the serial step's order."""
         clip = self.main.config.grad_clip
         if clip is not None:
             for row in active:
-                grads[row].mul_(torch.clamp(clip / (grads[row].norm() + 1e-6), max=1.0))
+                grad = stack.grads[row]
+                grad.mul_(torch.clamp(clip / (grad.norm() + 1e-6), max=1.0))
         for row in active:
             client = clients[row]
             if self._replays:
-                client.batch_rng_state = global_rng_state(ys.device)
+                client.batch_rng_state = global_rng_state(stack.models.device)
             for cb in self._gradient_hooks:
                 cb.on_local_gradient(client)
-        d = grads.shape[1]
-        every = len(active) == ys.shape[0]
-        index = None if every else torch.tensor(active, device=ys.device)
-        params = ys[:, :d] if every else ys[index, :d]
-        step = grads if every else grads[index]
-        if wd:
-            step = step.add(params, alpha=wd)
-        if momentum:
-            first = clients[active[0]].steps == 0  # every client starts at step 0 together
-            buffer = buffers if every else buffers[index]
-            if first:
-                buffer.copy_(step)
-            else:
-                buffer.mul_(momentum).add_(step)
-            step = buffer
-            if not every:
-                buffers.index_copy_(0, index, buffer)
-        params.add_(step, alpha=-lr)
-        if not every:
-            ys[:, :d].index_copy_(0, index, params)
+        stack.sgd_step(active, lr, wd, first=clients[active[0]].steps == 0)  # every client starts at step 0
         for row in active:
             client = clients[row]
             for cb in self._step_hooks:
@@ -268,4 +233,3 @@ class BatchedRunner:
         call_hook(self.callbacks, "on_upload", client)
         client.keep_final_model()
         return client, loss_sum, RecordedLogs()
-
