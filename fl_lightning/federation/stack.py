@@ -55,15 +55,16 @@ class Stack:
         with self._forward_context(), contiguous_inputs(self._net):
             return self._gradients(weights, xb, yb)
 
-    def _by_size(self, batches: list[tuple], rows: list[int]) -> dict[int, list[int]]:
-        """Indices into ``rows`` grouped by minibatch size: each group is one vmapped call."""
+    @staticmethod
+    def _by_size(batches: list[tuple]) -> dict[int, list[int]]:
+        """Indices into ``batches`` grouped by minibatch size: each group is one vmapped call."""
         groups: dict[int, list[int]] = {}
         for i, batch in enumerate(batches):
             groups.setdefault(len(batch[1]), []).append(i)
         return groups
 
     def _rows(self, rows: list[int]):
-        """(None, every row) when ``rows`` is the whole cohort in order, else (their index, None)."""
+        """None when ``rows`` is the whole cohort (in order), else their index tensor."""
         if len(rows) == self.models.shape[0]:
             return None
         return torch.tensor(rows, device=self.models.device)
@@ -71,7 +72,7 @@ class Stack:
     def forward_backward(self, batches: list[tuple], rows: list[int]) -> None:
         """∇f_i(y_i; ζ_i) into G's ``rows`` and the losses added (and ∇f_i(x^r; ζ_i) with replays)."""
         d = self.grads.shape[1]
-        for members in self._by_size(batches, rows).values():
+        for members in self._by_size(batches).values():
             group = [rows[i] for i in members]
             index = self._rows(group)
             weights = self.models[:, :d] if index is None else self.models[index, :d]
@@ -89,11 +90,11 @@ class Stack:
     def add_full_gradient(self, batches: list[tuple], rows: list[int]) -> None:
         """``full[row] += ∇f_i(x^r; batch) · len(batch)/n_i`` for one batch (x, y, n_i) of each of ``rows``."""
         d = self.grads.shape[1]
-        for members in self._by_size(batches, rows).values():
+        for members in self._by_size(batches).values():
             group = [rows[i] for i in members]
             grads, _ = self._call(self.global_params.expand(len(group), d), [batches[i][:2] for i in members])
-            for i, row in zip(members, group):
-                self.full[row].add_(grads[members.index(i)], alpha=len(batches[i][1]) / batches[i][2])
+            for k, (i, row) in enumerate(zip(members, group)):
+                self.full[row].add_(grads[k], alpha=len(batches[i][1]) / batches[i][2])
 
     def sgd_step(self, rows: list[int], lr: float, weight_decay: float, first: bool) -> None:
         """``torch.optim.SGD``'s step on ``rows``: g + wd·y, momentum buffer (the gradient at the first step), y − lr·step."""
