@@ -151,7 +151,8 @@ def check_compatible(module, datamodule) -> None:
         check_parallel_clients(module.flat, module.local_loss, datamodule.clients, module.hparams.batch_size)
     if module.hparams.get("client_runner") == "batched":
         check_batched(module.flat, module.local_loss, datamodule.clients, module.hparams.batch_size,
-                      module.hparams.local_optimizer, module.local_trainer, module.hparams.parallel_clients)
+                      module.hparams.local_optimizer, module.local_trainer, module.hparams.parallel_clients,
+                      module.asynchronous is not None)
 
 
 SYSTEM_KEYS = ("system", "round_policy", "asynchronous")  # recorded as system_specs gives them

@@ -92,6 +92,7 @@ def test_what_it_cannot_batch_is_refused_naming_the_reason():
     assert "model.parallel_clients > 1" in refusal(nn.Linear(6, 3), parallel_clients=2)
     assert "model.local_trainer" in refusal(nn.Linear(6, 3), local_trainer={})
     assert "not SGD" in refusal(nn.Linear(6, 3), local_optimizer="network")
+    assert "FedBuff" in refusal(nn.Linear(6, 3), asynchronous=True)
     message = refusal(nn.Linear(6, 3), parallel_clients=2)
     assert message.startswith("model.client_runner: batched cannot train this run") and "\n" not in message
 

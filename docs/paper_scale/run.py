@@ -42,12 +42,14 @@ def cli() -> str:
 
 
 def pack(source: str, destination: str) -> None:
-    """Every file under ``source`` (relative path and bytes) in one torch file."""
+    """Every file under ``source`` in one torch file: the bytes end to end, their offsets, their relative paths."""
     paths = sorted(p for p in Path(source).rglob("*") if p.is_file())
-    files = {str(p.relative_to(source)): torch.frombuffer(bytearray(p.read_bytes()), dtype=torch.uint8)
-             for p in paths}
-    torch.save(files, destination)
-    print(f"packed {len(files)} files, {os.path.getsize(destination) / 2**20:.1f} MiB → {destination}")
+    contents = [p.read_bytes() for p in paths]
+    names = "\n".join(str(p.relative_to(source)) for p in paths).encode()
+    offsets = torch.tensor([0] + [len(c) for c in contents], dtype=torch.int64).cumsum(0)
+    torch.save({"names": torch.frombuffer(bytearray(names), dtype=torch.uint8), "offsets": offsets,
+                "bytes": torch.frombuffer(bytearray(b"".join(contents)), dtype=torch.uint8)}, destination)
+    print(f"packed {len(paths)} files, {os.path.getsize(destination) / 2**20:.1f} MiB → {destination}")
 
 
 def image_root(data: str) -> str:
@@ -56,10 +58,13 @@ def image_root(data: str) -> str:
         return data
     target = data + ".d"
     if not os.path.isdir(target):
-        for relative, content in torch.load(data, weights_only=True).items():
+        packed = torch.load(data, weights_only=True)
+        names = packed["names"].numpy().tobytes().decode().split("\n")
+        offsets, content = packed["offsets"].tolist(), packed["bytes"].numpy()
+        for i, relative in enumerate(names):
             path = Path(target + ".partial") / relative
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(content.numpy().tobytes())
+            path.write_bytes(content[offsets[i]:offsets[i + 1]].tobytes())
         os.replace(target + ".partial", target)
     return target
 

@@ -51,7 +51,7 @@ class _LossOf(nn.Module):
 
 
 def check_batched(flat, loss_fn: Callable, clients, batch_size: int, local_optimizer: str, local_trainer,
-                  parallel_clients: int) -> None:
+                  parallel_clients: int, asynchronous: bool = False) -> None:
     """Refuses, in one line naming the reason, what the batched runner cannot train as the serial one does."""
     if is_lightning(flat.net):
         reason = "the network is a LightningModule whose training_step may keep its own state"
@@ -59,6 +59,8 @@ def check_batched(flat, loss_fn: Callable, clients, batch_size: int, local_optim
         reason = "model.local_trainer trains each client in its own pl.Trainer"
     elif parallel_clients > 1:
         reason = "model.parallel_clients > 1 is the threads runner"
+    elif asynchronous:
+        reason = "model.asynchronous (FedBuff) trains one client per event"
     elif flat.numel != flat.num_params:
         reason = "the network has floating buffers (e.g. BatchNorm running statistics), which are not batched"
     elif local_optimizer != "sgd":
