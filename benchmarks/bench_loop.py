@@ -51,18 +51,18 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def make_data():
+def make_data(clients: int = CLIENTS, per_client: int = PER_CLIENT):
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(CLIENTS * PER_CLIENT, 3, 32, 32, generator=g)
-    y = torch.randint(0, 10, (CLIENTS * PER_CLIENT,), generator=g)
+    x = torch.randn(clients * per_client, 3, 32, 32, generator=g)
+    y = torch.randint(0, 10, (clients * per_client,), generator=g)
     return x, y
 
 
-def plain_round(model, optimizer, x, y, generator, channels_last=False) -> float:
+def plain_round(model, optimizer, x, y, generator, channels_last=False, clients: int = CLIENTS) -> float:
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
     start = time.perf_counter()
-    for c in range(CLIENTS):
+    for c in range(clients):
         xc, yc = x[c * PER_CLIENT:(c + 1) * PER_CLIENT], y[c * PER_CLIENT:(c + 1) * PER_CLIENT]
         perm = torch.randperm(PER_CLIENT, generator=generator).to(x.device)
         xs, ys = xc[perm], yc[perm]
@@ -76,19 +76,23 @@ def plain_round(model, optimizer, x, y, generator, channels_last=False) -> float
 
 
 def fl_rounds(x, y, rounds: int, algorithm: str = "fedavg", channels_last=None, precision="32-true",
-              accelerator: str = "cpu", parallel_clients: int = 1) -> list[float]:
+              accelerator: str = "cpu", parallel_clients: int = 1, local_epochs: int = 1, client_runner: str = "serial",
+              cohort_size=None, per_round=None, callbacks=()) -> list[float]:
+    """Round times of ``rounds`` rounds in one fit over the clients of ``x`` (PER_CLIENT samples each)."""
     split = DataSplit(x, y, x[:BATCH], y[:BATCH], 10)
-    clients = [torch.arange(c * PER_CLIENT, (c + 1) * PER_CLIENT) for c in range(CLIENTS)]
+    clients = [torch.arange(c * PER_CLIENT, (c + 1) * PER_CLIENT) for c in range(len(y) // PER_CLIENT)]
     data = FederatedDataModule.from_tensors(split, clients)
-    module = FederatedModule(LeNet5(), algorithm=algorithm, clients_per_round=CLIENTS, local_epochs=1,
-                             batch_size=BATCH, lr=LR, weight_decay=WD, channels_last=channels_last,
-                             parallel_clients=parallel_clients)
+    module = FederatedModule(LeNet5(), algorithm=algorithm, clients_per_round=per_round or len(clients),
+                             local_epochs=local_epochs, batch_size=BATCH, lr=LR, weight_decay=WD,
+                             channels_last=channels_last, parallel_clients=parallel_clients,
+                             client_runner=client_runner, cohort_size=cohort_size)
     module.prints_summary = False  # a timed round, not a run to report
     timer = RoundTimer()
     with tempfile.TemporaryDirectory() as scratch:  # the client-state store (residuals, Q) lives under the root dir
         trainer = pl.Trainer(max_epochs=rounds, accelerator=accelerator, devices=1, logger=False,
                              enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                             limit_val_batches=0, num_sanity_val_steps=0, callbacks=[timer], precision=precision,
+                             limit_val_batches=0, num_sanity_val_steps=0, callbacks=[timer, *callbacks],
+                             precision=precision,
                              default_root_dir=scratch)
         trainer.fit(module, data)
     return timer.times

@@ -85,6 +85,9 @@ class FederatedModule(pl.LightningModule):
             training objective f(x) + (weight_decay/2)‖x‖² over all clients' data (convex plots).
         parallel_clients: K, clients trained at the same time in this process (each rank under DDP), the
             intra-op threads split between them; the same numbers as K = 1 at that many threads per client.
+        client_runner: ``serial`` (one client at a time; K at a time with parallel_clients), ``threads`` (the same),
+            or ``batched``: B clients as one batched model (fl_lightning.federation.batched; for GPUs).
+        cohort_size: B, clients per batched step with client_runner batched; unset: chosen from memory.
         channels_last: lay image batches out channels-last (fl_lightning.federation.memory_format); None: for conv networks
             on the CPU, where it is faster.
         system: simulate clients' compute, network and availability on a virtual clock (fl_lightning.systems):
@@ -119,7 +122,8 @@ class FederatedModule(pl.LightningModule):
                  round_policy: Union[RoundPolicy, str, None] = None, privacy: Optional[PrivacyOptions] = None,
                  local_trainer: Optional[dict] = None, personal_eval_every: Optional[int] = None,
                  personal_eval_clients: Optional[int] = None, personal_new_clients: Optional[int] = None,
-                 asynchronous: Union[Asynchronous, str, None] = None):
+                 asynchronous: Union[Asynchronous, str, None] = None, client_runner: str = "serial",
+                 cohort_size: Optional[int] = None):
         super().__init__()
         self.save_hyperparameters(ignore=["network", "server_optimizer", "algorithm", "compression", "system",
                                           "round_policy", "privacy", "local_trainer", "asynchronous"])

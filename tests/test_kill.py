@@ -1,6 +1,7 @@
 """SIGKILL at random moments, many times over: the quickstart always resumes from a loadable
 checkpoint (``--ckpt_path last``) and ends with the metrics of an uninterrupted run (issue 9) —
-also with SCAFFOLD, whose control variates live in the client-state files (issue 12)."""
+also with SCAFFOLD, whose control variates live in the client-state files (issue 12), and with the batched
+client runner (model.client_runner batched)."""
 import csv
 import glob
 import os
@@ -48,17 +49,18 @@ def newest_state(name: str) -> dict:
     return load_weights_only(max(checkpoints(name), key=os.path.getmtime))["state_dict"]
 
 
-@pytest.mark.parametrize("algorithm", ["fedavgm", "scaffold"])
-def test_sigkill_at_random_moments_then_resume_equals_the_uninterrupted_run(algorithm):
+@pytest.mark.parametrize("algorithm, runner", [("fedavgm", "serial"), ("scaffold", "serial"), ("scaffold", "batched")])
+def test_sigkill_at_random_moments_then_resume_equals_the_uninterrupted_run(algorithm, runner):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # the same thread count in every process: bit-identical sums
-    subprocess.run(command("full", "--model.algorithm", algorithm), env=env, check=True, capture_output=True)
+    algorithm = [algorithm, "--model.client_runner", runner]
+    subprocess.run(command("full", "--model.algorithm", *algorithm), env=env, check=True, capture_output=True)
 
     rng = random.Random(20261130)
     kills = 0
     while True:
         seen = set(checkpoints("killed"))
         with open("stderr.txt", "w") as stderr:  # a file, not a pipe: a full pipe would stall the process
-            process = subprocess.Popen(command("killed", "--model.algorithm", algorithm, "--ckpt_path", "last"),
+            process = subprocess.Popen(command("killed", "--model.algorithm", *algorithm, "--ckpt_path", "last"),
                                        env=env, stdout=subprocess.DEVNULL, stderr=stderr)
         if kills == KILLS:
             assert process.wait(timeout=300) == 0, Path("stderr.txt").read_text()[-2000:]

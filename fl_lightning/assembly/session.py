@@ -11,7 +11,7 @@ import torch
 from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.federation.client_state import open_store
 from fl_lightning.federation.loop import FederatedLoop, LocalConfig
-from fl_lightning.federation.parallel import runner_for
+from fl_lightning.federation.runners import runner_for
 from fl_lightning.federation.seams import PoissonSampler, RoundSchedule, Sampler, UniformSampler
 from fl_lightning.runs.files import run_folder
 from fl_lightning.personalization.evaluation import PersonalEvaluation, new_client_ids
@@ -68,7 +68,7 @@ def start_rounds(module) -> None:
     module.client_state = open_store(trainer, len(clients), restored.get("client_state"), state_dir(trainer))
     sampler, schedule = round_parts(module, len(clients), tuple(new))
     runner = next((cb.client_runner for cb in trainer.callbacks if hasattr(cb, "client_runner")),
-                  runner_for(hp.parallel_clients))  # a callback may bring its own (deploy's FlowerClients)
+                  runner_for(hp.parallel_clients, hp.get("client_runner", "serial"), hp.get("cohort_size")))  # a callback may bring its own (deploy's FlowerClients)
     module.loop = FederatedLoop(module.flat, clients, module.local_loss, local.optimizer, config, fl_callbacks,
                                 module.global_vector, server, module.client_state,
                                 trainer.precision_plugin.forward_context, module.blocks, module.collective,

@@ -8,7 +8,8 @@
 
 Every client takes part each round (clients_per_round = M unless given); the local optimizer is SGD
 with a constant lr; the server optimizer is the algorithm's; ``loss_fn(network, x, y)`` (default cross
-entropy); ``parallel_clients`` trains K clients at once (fl_lightning.federation.parallel); ``sampler``,
+entropy); ``parallel_clients`` trains K clients at once (fl_lightning.federation.parallel), ``client_runner``
+``batched`` B = ``cohort_size`` clients as one batched model (fl_lightning.federation.batched); ``sampler``,
 ``runner`` (a function of the loop's LocalTrainer) and ``schedule`` replace the round's parts
 (fl_lightning.federation.seams, docs/architecture.md "The round's seams").
 """
@@ -30,7 +31,7 @@ from fl_lightning.data.datamodule import ClientData
 from fl_lightning.federation.flat import FlatModel
 from fl_lightning.federation.loop import FederatedLoop, LocalConfig
 from fl_lightning.federation.local_training import LocalTrainer
-from fl_lightning.federation.parallel import runner_for
+from fl_lightning.federation.runners import runner_for
 from fl_lightning.federation.seams import ClientRunner, RoundSchedule, Sampler
 
 
@@ -42,7 +43,8 @@ class ToyFederation:
                  loss_fn: Optional[Callable] = None, extra_callbacks: Sequence[FLCallback] = (),
                  parallel_clients: int = 1, sampler: Optional[Sampler] = None,
                  runner: Optional[Callable[[LocalTrainer], ClientRunner]] = None,
-                 schedule: Optional[RoundSchedule] = None):
+                 schedule: Optional[RoundSchedule] = None, client_runner: str = "serial",
+                 cohort_size: Optional[int] = None, grad_clip: Optional[float] = None):
         self.algorithm = algorithm
         algorithm.check_network(network)
         self.blocks = partition_for(network, algorithm)
@@ -60,11 +62,12 @@ class ToyFederation:
         os.makedirs(directory, exist_ok=True)
         self.client_state = ClientStateStore(len(clients), directory)
         config = LocalConfig(clients_per_round or len(clients), local_epochs, batch_size, weighted_aggregation,
-                             algorithm.default_grad_clip(), parallel_clients=parallel_clients)
+                             grad_clip if grad_clip is not None else algorithm.default_grad_clip(),
+                             parallel_clients=parallel_clients)
         loss = loss_fn or (lambda net, xb, yb: F.cross_entropy(net(xb), yb))
         self.loop = FederatedLoop(self.flat, ClientData(x, y, offsets), loss, local, config, self.callbacks,
                                   self.global_vector, self.server_optimizer, self.client_state, blocks=self.blocks,
-                                  sampler=sampler, runner=runner or runner_for(parallel_clients), schedule=schedule)
+                                  sampler=sampler, runner=runner or runner_for(parallel_clients, client_runner, cohort_size), schedule=schedule)
 
     def run_round(self, round_idx: int) -> Optional[torch.Tensor]:
         return self.loop.run_round(round_idx)

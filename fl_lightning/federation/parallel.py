@@ -23,7 +23,6 @@ from queue import SimpleQueue
 from typing import Callable, Iterator, Optional
 
 import torch
-from pytorch_lightning.utilities import rank_zero_warn
 from torch import nn
 
 from fl_lightning.federation.contexts import ClientContext, ClientTask, RoundContext
@@ -91,22 +90,6 @@ def check_parallel_clients(flat: FlatModel, loss_fn: Callable, clients, batch_si
         flat.load(saved)
         for buffer, value in zip([b for b in net.buffers() if not b.is_floating_point()], counters):
             buffer.copy_(value)
-
-
-def runner_for(parallel_clients: int) -> Callable[[LocalTrainer], ClientRunner]:
-    """The ClientRunner of ``model.parallel_clients`` K: K threads (``ClientPool``) when K > 1 and every callback
-    is thread safe, else one client at a time."""
-
-    def build(trainer: LocalTrainer) -> ClientRunner:
-        unsafe = [type(cb).__name__ for cb in trainer.callbacks if not cb.thread_safe]
-        if parallel_clients > 1 and unsafe:
-            rank_zero_warn(f"{', '.join(unsafe)} declares thread_safe = False: clients train one at a time "
-                           f"(model.parallel_clients {parallel_clients} ignored)")
-        elif parallel_clients > 1:
-            return ClientPool(trainer, parallel_clients, torch.get_num_threads())
-        return SerialRunner(trainer)
-
-    return build
 
 
 class ClientPool(ClientRunner):

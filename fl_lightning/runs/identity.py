@@ -32,10 +32,12 @@ from fl_lightning.callbacks import FLCallback
 from fl_lightning.models.sizing import SIZES
 
 # Model options a resumed run may change: they steer when to stop, evaluate or test, not the algorithm.
-# parallel_clients: the same numbers, faster; channels_last: how the CPU computes (like the thread count), not what.
+# parallel_clients: the same numbers, faster; channels_last, client_runner, cohort_size: how the numbers are computed
+# (like the thread count; the last bits may differ), not what.
 TAKES_EFFECT_AT_RESUME = {"max_upload_d", "target_accuracy", "target_metric", "target_mode", "target",
                           "test_every_n_rounds", "eval_train_objective", "eval_every_d", "parallel_clients",
-                          "channels_last", "personal_eval_every", "personal_eval_clients"}
+                          "channels_last", "client_runner", "cohort_size", "personal_eval_every",
+                          "personal_eval_clients"}
 # Data options that say where files lie, not what they hold (the fingerprint checks the content).
 DATA_LOCATION = {"root", "cache_dir", "download"}
 # Trainer options that change the arithmetic, with the value that changes nothing.

@@ -23,7 +23,7 @@ AT_LEAST = ("model.max_upload_d", "model.target_accuracy", "model.target", "trai
 EQUAL = ("model.eval_every_d", "model.test_every_n_rounds", "model.eval_train_objective", "model.target_metric",
          "model.target_mode", "model.personal_eval_every", "model.personal_eval_clients",
          "trainer.check_val_every_n_epoch")
-HOW_COMPUTED = ("model.parallel_clients", "model.channels_last")  # the same run, computed another way
+HOW_COMPUTED = ("model.parallel_clients", "model.channels_last", "model.client_runner", "model.cohort_size")  # the same run, computed another way
 NOT_KEPT = "not kept yet"
 
 

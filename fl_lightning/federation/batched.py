@@ -1,0 +1,239 @@
+"""A cohort of up to B clients trained as one batched model (``model.client_runner batched``).
+
+The cohort's working models are the rows of one [B, numel] tensor Y (row i: client i's y), their
+gradients the rows of G. Each local step runs forward and backward for every client still training
+at once (``torch.func``: ``functional_call`` + ``grad_and_value`` + ``vmap`` over the stacked rows
+and the clients' stacked minibatches), then the local SGD step on the stacked rows (lr, weight decay,
+momentum as ``torch.optim.SGD``; each client's momentum starts at its first step). The algorithm's
+hooks run per client exactly as in the serial runner (fl_lightning.federation.local_training), on a
+``ClientContext`` whose ``vector``/``params``/``grad`` are row views of Y and G.
+
+Each client draws its batch order and augmentation from its own streams (as serially), so a client
+trains the same whatever B is. Clients with different sample counts take different numbers of steps:
+a finished client's rows stop changing (no step, no hooks); at a step where minibatches differ in
+size (a client's last, partial one) each size is one vmapped call, so every loss is the mean over its
+real samples, as serially. The results equal the serial runner's to float rounding (vmap sums in
+another order; tests/test_batched_runner.py: ≤ 1e-5 relative after two rounds).
+
+What it cannot batch is refused before the run (``check_batched``, one ConfigError).
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterator, Optional
+
+import torch
+from torch import nn
+from torch.func import functional_call, grad_and_value, vmap
+
+from fl_lightning.errors import ConfigError
+from fl_lightning.federation.contexts import ClientContext, ClientTask, RoundContext
+from fl_lightning.federation.local_training import LocalTrainer, call_hook, overriding
+from fl_lightning.federation.parallel import check_parallel_clients
+from fl_lightning.federation.seams import ClientRunner
+from fl_lightning.federation.seeding import (Stream, generator, global_rng_state, isolated_rng, seed_global_rng,
+                                             stream_seed)
+from fl_lightning.federation.stack import Stack
+from fl_lightning.federation.user_module import RecordedLogs, is_lightning
+
+FIELD = "model.client_runner"
+BYTES_PER_FLOAT = 4
+COPIES_PER_CLIENT = 8  # rows of Y, G, momentum, vmap's gathered rows and per-sample gradients, headroom
+
+
+class _LossOf(nn.Module):
+    """``loss_fn(net, x, y)`` as a module, so ``functional_call`` can swap the network's parameters."""
+
+    def __init__(self, net: nn.Module, loss_fn: Callable):
+        super().__init__()
+        self.net, self.loss_fn = net, loss_fn
+
+    def forward(self, x, y):
+        return self.loss_fn(self.net, x, y)
+
+
+def check_batched(flat, loss_fn: Callable, clients, batch_size: int, local_optimizer: str, local_trainer,
+                  parallel_clients: int, asynchronous: bool = False) -> None:
+    """Refuses, in one line naming the reason, what the batched runner cannot train as the serial one does."""
+    if is_lightning(flat.net):
+        reason = "the network is a LightningModule whose training_step may keep its own state"
+    elif local_trainer is not None:
+        reason = "model.local_trainer trains each client in its own pl.Trainer"
+    elif parallel_clients > 1:
+        reason = "model.parallel_clients > 1 is the threads runner"
+    elif asynchronous:
+        reason = "model.asynchronous (FedBuff) trains one client per event"
+    elif flat.numel != flat.num_params:
+        reason = "the network has floating buffers (e.g. BatchNorm running statistics), which are not batched"
+    elif local_optimizer != "sgd":
+        reason = "the local optimizer is the network's own, not SGD(model.lr, model.weight_decay, model.client_momentum)"
+    else:
+        try:
+            check_parallel_clients(flat, loss_fn, clients, batch_size)
+            return
+        except ConfigError:
+            reason = "the network's forward draws from torch's global random generator (e.g. dropout)"
+    raise ConfigError(FIELD, f"batched cannot train this run: {reason}; use model.client_runner serial")
+
+
+def cohort_size(requested: Optional[int], clients: int, numel: int, device: torch.device) -> int:
+    """B: as requested, else every client of the round on the CPU, else as many as a quarter of the
+    device's free memory holds at ``COPIES_PER_CLIENT`` model copies each."""
+    if requested is not None:
+        return max(1, min(requested, clients))
+    if device.type != "cuda":
+        return max(1, clients)
+    free, _ = torch.cuda.mem_get_info(device)
+    return max(1, min(clients, free // 4 // (COPIES_PER_CLIENT * numel * BYTES_PER_FLOAT)))
+
+
+class BatchedRunner(ClientRunner):
+    """Trains the plan's clients B at a time on stacked weights; ``run`` yields each client's result
+    (``LocalTrainer.run_client``'s) in plan order.
+
+    Args:
+        main: the loop's own trainer: its loss, data, config, callbacks, optimizer settings and, for
+            ∇f_i(x^r) and ∇f_i(x^r; ζ), its working model (which holds x^r while clients train).
+        cohort: B, or None (``cohort_size``).
+        compile: ``torch.compile`` the batched forward/backward.
+    """
+
+    def __init__(self, main: LocalTrainer, cohort: Optional[int] = None, compile: bool = False):
+        super().__init__(main)
+        self.main, self.requested = main, cohort
+        self.callbacks = main.callbacks
+        self._gradient_hooks = overriding(self.callbacks, "on_local_gradient")
+        self._step_hooks = overriding(self.callbacks, "on_local_step_end")
+        self._replays = any(cb.replays_minibatch for cb in self._gradient_hooks)
+        flat = main.flat
+        self._segments = [s for s in flat.segments if s.is_param]
+        self._module = _LossOf(flat.net, main.loss_fn)
+        gradients = vmap(grad_and_value(self._loss))
+        self._gradients = torch.compile(gradients) if compile else gradients
+        self.cohort = 0  # B of the last round
+
+    def _loss(self, row: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        params = {f"net.{s.name}": row[s.start:s.stop].view(s.shape) for s in self._segments}
+        return functional_call(self._module, params, (x, y))
+
+    # -- the ClientRunner interface --------------------------------------------------------
+    def run(self, positions: list[int], plan: RoundContext) -> Iterator[tuple[int, tuple]]:
+        flat = self.main.flat
+        self.cohort = cohort_size(self.requested, len(positions), flat.numel, flat.device)
+        for first in range(0, len(positions), self.cohort):
+            cohort = positions[first:first + self.cohort]
+            with isolated_rng(flat.device):
+                results = self._train_cohort([plan.clients[p] for p in cohort], plan)
+            yield from zip(cohort, results)
+            del results
+
+    def reported(self, client: ClientContext) -> None:
+        call_hook(self.callbacks, "on_client_reported", client)
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+    def metrics(self) -> dict:
+        return {"clients/cohort": float(self.cohort)}
+
+    # -- one cohort -------------------------------------------------------------------------
+    def _train_cohort(self, tasks: list[ClientTask], plan: RoundContext) -> list[tuple]:
+        main = self.main
+        group = main.optimizer.param_groups[0]
+        lr, wd, momentum = group["lr"], group.get("weight_decay", 0.0), group.get("momentum", 0.0)
+        stack = Stack(self._gradients, main.global_vector, len(tasks), main.flat.num_params, momentum,
+                      self._replays, main.forward_context, main.flat.net)
+        clients = []
+        for row, task in enumerate(tasks):
+            weight = task.num_samples if main.config.weighted_aggregation else 1.0
+            client = ClientContext(task, plan.round, plan.lr, wd, momentum, weight, stack.models[row],
+                                   stack.grads[row], main.global_vector,
+                                   full_gradient=lambda c, row=row: self._full_gradients(stack, clients)[row],
+                                   gradient_at_global=lambda c, row=row: stack.at_global[row])
+            client.download.add("model", 0, main.global_vector)
+            clients.append(client)
+        for client in clients:  # every client exists first: ∇f_i(x^r) is computed for all at once
+            call_hook(self.callbacks, "on_client_start", client)
+        batches = [self._batches(task) for task in tasks]
+        active = list(range(len(tasks)))
+        while True:
+            drawn = [(row, next(batches[row], None)) for row in active]
+            active = [row for row, batch in drawn if batch is not None]
+            if not active:
+                break
+            for row, batch in drawn:
+                if batch is not None:
+                    clients[row].batch = batch
+            stack.forward_backward([clients[row].batch for row in active], active)
+            self._local_step(clients, active, stack, lr, wd)
+        return [self._finish(client, stack.losses[row]) for row, client in enumerate(clients)]
+
+    def _batches(self, task: ClientTask) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The client's minibatches in the serial runner's order, with its augmentation draws."""
+        main = self.main
+        x, y = main.data_of(task)
+        n, batch = len(y), main.config.batch_size
+        batch_order = generator(task.seed)
+        augmentation = generator(stream_seed(task.seed, Stream.AUGMENTATION), x.device)
+        budget, steps = (task.max_steps if task.max_steps is not None else -1), 0
+        for _ in range(task.local_epochs):
+            if steps == budget:
+                return
+            perm = torch.randperm(n, generator=batch_order).to(x.device)
+            xs, ys = x[perm], y[perm]
+            for start in range(0, n, batch):
+                if steps == budget:
+                    return
+                steps += 1
+                yield main.clients.prepare(xs[start:start + batch], augmentation), ys[start:start + batch]
+
+    def _full_gradients(self, stack: "Stack", clients: list[ClientContext]) -> torch.Tensor:
+        """∇f_i(x^r) of every client of the cohort (rows), computed once, batch by batch as
+        ``LocalTrainer.full_gradient`` does, with each client's own augmentation stream."""
+        if stack.full is None:
+            main, batch = self.main, self.main.config.batch_size
+            passes = []
+            for client in clients:
+                x, y = main.data_of(client.task)
+                augmentation = generator(stream_seed(client.task.seed, Stream.FULL_GRADIENT_AUGMENTATION), x.device)
+                passes.append([(main.clients.prepare(x[s:s + batch], augmentation), y[s:s + batch], len(y))
+                               for s in range(0, len(y), batch)])
+            stack.full = torch.zeros_like(stack.grads)
+            for k in range(max(len(p) for p in passes)):
+                rows = [row for row, p in enumerate(passes) if k < len(p)]
+                stack.add_full_gradient([passes[row][k] for row in rows], rows)
+        return stack.full
+
+    def _local_step(self, clients, active, stack: "Stack", lr: float, wd: float) -> None:
+        """Clip, the gradient hooks, SGD on the active rows, the step hooks: the serial step's order."""
+        clip = self.main.config.grad_clip
+        if clip is not None:
+            for row in active:
+                grad = stack.grads[row]
+                grad.mul_(torch.clamp(clip / (grad.norm() + 1e-6), max=1.0))
+        for row in active:
+            client = clients[row]
+            if self._replays:
+                client.batch_rng_state = global_rng_state(stack.models.device)
+            for cb in self._gradient_hooks:
+                cb.on_local_gradient(client)
+        stack.sgd_step(active, lr, wd, first=clients[active[0]].steps == 0)  # every client starts at step 0
+        for row in active:
+            client = clients[row]
+            for cb in self._step_hooks:
+                cb.on_local_step_end(client)
+            client.steps += 1
+
+    def _finish(self, client: ClientContext, loss_sum: torch.Tensor) -> tuple:
+        """Upload Δ = y − x^r over the client's ranges, its end hooks, its y kept (Y is the next cohort's)."""
+        client.batch, client.batch_rng_state = (), None
+        seed_global_rng(stream_seed(client.task.seed, Stream.DROPOUT), client.vector.device)
+        delta = client.vector - client.global_vector
+        for start, stop in client.task.upload_ranges:
+            client.upload.add("delta", start, delta[start:stop])
+        call_hook(self.callbacks, "on_client_end", client)
+        call_hook(self.callbacks, "on_upload", client)
+        client.keep_final_model()
+        return client, loss_sum, RecordedLogs()

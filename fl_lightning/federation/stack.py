@@ -1,0 +1,118 @@
+"""A cohort's working models stacked for the batched client runner (fl_lightning.federation.batched).
+
+``Stack`` holds the rows the cohort's ``ClientContext`` views point into: ``models`` Y [B, d] (row i:
+client i's y), ``grads`` G, SGD's momentum buffers, the summed losses, and, when an algorithm asks for
+them, the minibatch gradients at x^r (``at_global``) and the full gradients ∇f_i(x^r) (``full``).
+Gradients of the clients training at a step come from one vmapped call per minibatch size.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Callable, ContextManager, Optional
+
+import torch
+from torch import nn
+
+from fl_lightning.federation.memory_format import HANDLE, set_channels_last
+
+
+@contextmanager
+def contiguous_inputs(net: nn.Module):
+    """Inside: no channels-last input hook (fl_lightning.federation.memory_format), which vmap cannot run."""
+    laid_out = HANDLE in net.__dict__
+    set_channels_last(net, False)
+    try:
+        yield
+    finally:
+        set_channels_last(net, laid_out)
+
+
+class Stack:
+    """The stacked rows of one cohort.
+
+    Args:
+        gradients: ``(rows [k, d], x [k, b, ...], y [k, b]) → (∇ [k, d], loss [k])``, vmapped.
+        global_vector: x^r; every row starts there.
+        momentum: SGD momentum (0: no buffers).
+        replays: keep ∇f_i(x^r; ζ) of every minibatch (``ClientContext.gradient_at_global``).
+    """
+
+    def __init__(self, gradients: Callable, global_vector: torch.Tensor, clients: int, num_params: int,
+                 momentum: float, replays: bool, forward_context: Callable[[], ContextManager], net: nn.Module):
+        self._gradients, self._forward_context, self._net = gradients, forward_context, net
+        self.global_params = global_vector[:num_params]
+        self.models = global_vector.unsqueeze(0).repeat(clients, 1)  # Y: every row y ← x^r
+        self.grads = torch.zeros(clients, num_params, dtype=self.models.dtype, device=self.models.device)
+        self.buffers = torch.zeros_like(self.grads) if momentum else None
+        self.momentum = momentum
+        self.losses = torch.zeros(clients, device=self.models.device)
+        self.at_global = torch.zeros_like(self.grads) if replays else None
+        self.full: Optional[torch.Tensor] = None  # ∇f_i(x^r), once an algorithm asked for it
+
+    def _call(self, weights: torch.Tensor, batches: list[tuple]) -> tuple[torch.Tensor, torch.Tensor]:
+        xb = torch.stack([batch[0] for batch in batches])
+        yb = torch.stack([batch[1] for batch in batches])
+        with self._forward_context(), contiguous_inputs(self._net):
+            return self._gradients(weights, xb, yb)
+
+    @staticmethod
+    def _by_size(batches: list[tuple]) -> dict[int, list[int]]:
+        """Indices into ``batches`` grouped by minibatch size: each group is one vmapped call."""
+        groups: dict[int, list[int]] = {}
+        for i, batch in enumerate(batches):
+            groups.setdefault(len(batch[1]), []).append(i)
+        return groups
+
+    def _rows(self, rows: list[int]):
+        """None when ``rows`` is the whole cohort (in order), else their index tensor."""
+        if len(rows) == self.models.shape[0]:
+            return None
+        return torch.tensor(rows, device=self.models.device)
+
+    def forward_backward(self, batches: list[tuple], rows: list[int]) -> None:
+        """∇f_i(y_i; ζ_i) into G's ``rows`` and the losses added (and ∇f_i(x^r; ζ_i) with replays)."""
+        d = self.grads.shape[1]
+        for members in self._by_size(batches).values():
+            group = [rows[i] for i in members]
+            index = self._rows(group)
+            weights = self.models[:, :d] if index is None else self.models[index, :d]
+            grads, loss = self._call(weights, [batches[i] for i in members])
+            if index is None:
+                self.grads.copy_(grads)
+                self.losses.add_(loss.detach().float())
+            else:
+                self.grads.index_copy_(0, index, grads.to(self.grads.dtype))
+                self.losses.index_add_(0, index, loss.detach().float())
+            if self.at_global is not None:
+                at_global, _ = self._call(self.global_params.expand(len(group), d), [batches[i] for i in members])
+                self.at_global.index_copy_(0, torch.tensor(group, device=self.models.device), at_global)
+
+    def add_full_gradient(self, batches: list[tuple], rows: list[int]) -> None:
+        """``full[row] += ∇f_i(x^r; batch) · len(batch)/n_i`` for one batch (x, y, n_i) of each of ``rows``."""
+        d = self.grads.shape[1]
+        for members in self._by_size(batches).values():
+            group = [rows[i] for i in members]
+            grads, _ = self._call(self.global_params.expand(len(group), d), [batches[i][:2] for i in members])
+            for k, (i, row) in enumerate(zip(members, group)):
+                self.full[row].add_(grads[k], alpha=len(batches[i][1]) / batches[i][2])
+
+    def sgd_step(self, rows: list[int], lr: float, weight_decay: float, first: bool) -> None:
+        """``torch.optim.SGD``'s step on ``rows``: g + wd·y, momentum buffer (the gradient at the first step), y − lr·step."""
+        d = self.grads.shape[1]
+        index = self._rows(rows)
+        params = self.models[:, :d] if index is None else self.models[index, :d]
+        step = self.grads if index is None else self.grads[index]
+        if weight_decay:
+            step = step.add(params, alpha=weight_decay)
+        if self.momentum:
+            buffer = self.buffers if index is None else self.buffers[index]
+            if first:
+                buffer.copy_(step)
+            else:
+                buffer.mul_(self.momentum).add_(step)
+            if index is not None:
+                self.buffers.index_copy_(0, index, buffer)
+            step = buffer
+        params.add_(step, alpha=-lr)
+        if index is not None:
+            self.models[:, :d].index_copy_(0, index, params)
