@@ -1,4 +1,4 @@
-"""Client-level ε checked independently of dp-accounting's event bookkeeping (docs/privacy.md, "Sensitivity"):
+"""Client-level ε checked independently of dp-accounting's event bookkeeping (docs/privacy.md, its sensitivity paragraph):
 the analytic Gaussian mechanism (Balle & Wang 2018) for one full-participation round, a mutation of the
 sensitivity that must fail it, Abadi et al. 2016's published value, the Poisson cohort's Binomial law and the
 released noise's std, block uploads under Poisson sampling, the calculator against a run for every mode, and
