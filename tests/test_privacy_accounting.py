@@ -1,8 +1,8 @@
-"""Client-level ε checked independently of dp-accounting's event bookkeeping (docs/privacy.md, its sensitivity paragraph):
-the analytic Gaussian mechanism (Balle & Wang 2018) for one full-participation round, a mutation of the
-sensitivity that must fail it, Abadi et al. 2016's published value, the Poisson cohort's Binomial law and the
-released noise's std, block uploads under Poisson sampling, the calculator against a run for every mode, and
-the refusals that come before any fit work."""
+"""Client-level ε checked independently of dp-accounting's event bookkeeping (docs/privacy.md, "Client-level
+differential privacy", its "Noise and sensitivity" paragraph): the analytic Gaussian mechanism (Balle & Wang 2018)
+for one full-participation round, a mutation of the sensitivity that must fail it, Abadi et al. 2016's published
+value, the Poisson cohort's Binomial law and the released noise's std, block uploads under Poisson sampling, the
+calculator against a run for every mode, and the refusals that come before any fit work."""
 import csv
 import math
 import os
@@ -262,7 +262,9 @@ def test_a_poisson_round_nobody_joined_still_releases_its_noise():
 
 
 def test_report_marks_a_run_of_the_old_accounting():
+    """tests/data/old_accounting_run: a DP run logged before accounting version 2 (once kept in docs/privacy/runs)."""
     from fl_lightning.runs import report
-    assert report.main([str(ROOT / "docs/privacy/runs/fedavg_eps1_seed0"), "--target", "0.5", "--out", "old"]) == 0
+    assert report.main([str(ROOT / "tests/data/old_accounting_run/fedavg_eps1_seed0"), "--target", "0.5",
+                        "--out", "old"]) == 0
     (row,) = list(csv.DictReader(open("old.csv")))
     assert row["sampling"] == "fixed; its logged ε under-reports (old accounting)"
