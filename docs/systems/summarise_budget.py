@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import csv
 import json
-import math
-import statistics
 import sys
 from pathlib import Path
 
 from fl_lightning.runs.report import floats_to_target
+from summarise import cell  # docs/systems/summarise.py, beside this script
 
 TARGETS = {"cifar10_lenet5": (0.30, 0.35), "convex_mnist_logreg": (0.85,)}
 MODES = ("wait", "deadline", "fedbuff")
@@ -28,14 +27,6 @@ def curve(path: Path, budget: float) -> list[dict]:
     with open(path) as f:
         rows = [{k: float(v) for k, v in r.items() if k and v not in ("", None)} for r in csv.DictReader(f)]
     return [r for r in rows if "val/acc" in r and r["time/sim_s"] <= budget + 1e-6]
-
-
-def cell(values: list[float], digits: int = 0) -> str:
-    finite = [v for v in values if math.isfinite(v)]
-    if not finite:
-        return "not reached"
-    text = f"{statistics.fmean(finite):.{digits}f}" + (f" ± {statistics.stdev(finite):.{digits}f}" if len(finite) > 1 else "")
-    return text if len(finite) == len(values) else f"{text} ({len(finite)}/{len(values)} reached)"
 
 
 def main(out: Path) -> None:
