@@ -30,7 +30,7 @@ from fl_lightning.errors import ConfigError
 from fl_lightning.federation.flat import FlatModel
 from fl_lightning.federation.user_module import RecordedLogs
 from fl_lightning.federation.local_training import LocalTrainer
-from fl_lightning.federation.seams import ClientRunner, SerialRunner
+from fl_lightning.federation.seams import ClientRunner
 from fl_lightning.federation.seeding import generator, global_rng_state, isolated_rng
 
 Result = tuple[ClientContext, torch.Tensor, RecordedLogs]
