@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Optional, Union
 
 from fl_lightning.algorithms import Algorithm, create
-from fl_lightning.algorithms.names import import_class
 from fl_lightning.compression import CODECS
 from fl_lightning.compression.codecs import Codec
 from fl_lightning.data.datamodule import FederatedDataModule
+from fl_lightning.resolve import resolve_part
 from fl_lightning.errors import ConfigError, check_accuracy
 from fl_lightning.federation.evaluation import evaluates_itself
 from fl_lightning.federation.parallel import check_parallel_clients
@@ -29,36 +29,21 @@ def resolve(algorithm: Union[Algorithm, str, None], compression: Union[Codec, st
     """The algorithm object (a registry name gets its defaults; None is FedAvg) and the codec: the
     one given, else the one the algorithm's name implies (``fedpaq``: QSGD); ``"none"``: no codec."""
     implied = None
-    if algorithm is None:
-        algorithm = "fedavg"
-    if isinstance(algorithm, str):
-        algorithm, implied = create(algorithm)
-    if isinstance(algorithm, dict):  # a checkpoint's hparams: {class_path, init_args} (Algorithm.spec)
-        algorithm = from_spec(algorithm, Algorithm, "model.algorithm")
-    if isinstance(compression, dict):
-        compression = from_spec(compression, Codec, "model.compression")
-    if isinstance(algorithm, type) and issubclass(algorithm, Algorithm):
-        raise ConfigError("model.algorithm", f"got the class {algorithm.__name__}; pass an instance, "
-                          f"{algorithm.__name__}() or {algorithm.__name__}(option=value)")
-    if not isinstance(algorithm, Algorithm):
-        raise ConfigError("model.algorithm", f"needs a fl_lightning.algorithms.Algorithm or a name, got "
-                          f"{type(algorithm).__name__}")
-    if isinstance(compression, str):
-        if compression not in CODECS and compression != "none":
-            raise ConfigError("model.compression", f"unknown codec {compression!r}; choose one of "
-                              f"{', '.join(CODECS)}, none")
-        return algorithm, CODECS[compression]() if compression in CODECS else None
-    if compression is not None and not isinstance(compression, Codec):
-        raise ConfigError("model.compression", f"needs a fl_lightning.compression.codecs.Codec, got {type(compression).__name__}")
-    return algorithm, compression if compression is not None else implied
+    if algorithm is None or isinstance(algorithm, str):
+        algorithm, implied = create(algorithm or "fedavg")
+    algorithm = resolve_part(algorithm, Algorithm, "model.algorithm", "a fl_lightning.algorithms.Algorithm or a name",
+                             off=())
+    if compression == "none":
+        return algorithm, None
 
+    def codec_named(name: str) -> Codec:
+        if name not in CODECS:
+            raise ConfigError("model.compression", f"unknown codec {name!r}; choose one of {', '.join(CODECS)}, none")
+        return CODECS[name]()
 
-def from_spec(spec: dict, base: type, field: str):
-    """``{class_path, init_args}`` → the object, if the class is a ``base``."""
-    cls = import_class(spec.get("class_path"))
-    if cls is None or not issubclass(cls, base):
-        raise ConfigError(field, f"cannot import {spec.get('class_path')!r} as a {base.__name__}")
-    return cls(**(spec.get("init_args") or {}))
+    codec = resolve_part(compression, Codec, "model.compression", "a fl_lightning.compression.codecs.Codec",
+                         codec_named)
+    return algorithm, codec if codec is not None else implied
 
 
 def codec_spec(codec: Optional[Codec]) -> Optional[dict]:

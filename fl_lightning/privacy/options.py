@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 from fl_lightning.errors import ConfigError
+from fl_lightning.resolve import resolve_part
 from fl_lightning.privacy.accountant import ACCOUNTANTS, SAMPLINGS
 
 # Algorithms whose clients send a second message that is not privatised (SCAFFOLD's and FedBCGD+'s Δc are:
@@ -76,17 +77,12 @@ class PrivacyOptions:
 
 def resolve_privacy(privacy: Union[PrivacyOptions, dict, str, None]) -> Optional[PrivacyOptions]:
     """None/"none": off; a dict (a checkpoint's hparams, a config's mapping) becomes PrivacyOptions."""
-    if privacy is None or privacy == "none":
-        return None
-    if isinstance(privacy, dict):
+    if isinstance(privacy, dict) and "class_path" not in privacy:
         unknown = sorted(set(privacy) - {f.name for f in dataclasses.fields(PrivacyOptions)})
         if unknown:
             raise ConfigError(f"model.privacy.{unknown[0]}", "unknown option; see fl_lightning.privacy.PrivacyOptions")
-        return PrivacyOptions(**privacy)
-    if not isinstance(privacy, PrivacyOptions):
-        raise ConfigError("model.privacy", f"needs PrivacyOptions (--model.privacy.noise_multiplier Z ...), got "
-                          f"{type(privacy).__name__}")
-    return privacy
+    return resolve_part(privacy, PrivacyOptions, "model.privacy",
+                        "PrivacyOptions (--model.privacy.noise_multiplier Z ...)")
 
 
 def check_algorithm(privacy: PrivacyOptions, algorithm_name: str, weighted_aggregation: bool, codec,

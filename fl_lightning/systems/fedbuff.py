@@ -45,6 +45,7 @@ from fl_lightning.callbacks import CompressedUpload
 from fl_lightning.federation.messages import Part, Payload, ReceivedSums
 from fl_lightning.compression.codecs import Codec
 from fl_lightning.errors import ConfigError
+from fl_lightning.resolve import resolve_part
 from fl_lightning.federation.contexts import ClientTask
 from fl_lightning.federation.seams import RoundSchedule
 from fl_lightning.federation.seeding import Purpose, derive_seed
@@ -88,13 +89,8 @@ class Asynchronous:
 
 def resolve_asynchronous(value) -> Optional[Asynchronous]:
     """None, ``fedbuff``, a ``{class_path, init_args}`` dict (a checkpoint's hparams) or an Asynchronous."""
-    if value is None or isinstance(value, Asynchronous):
-        return value
-    if isinstance(value, str):
-        return Asynchronous(value)
-    if isinstance(value, dict):
-        return Asynchronous(**(value.get("init_args") or {}))
-    raise ConfigError("model.asynchronous", f"needs fedbuff or an Asynchronous, got {type(value).__name__}")
+    return resolve_part(value, Asynchronous, "model.asynchronous", "fedbuff or an Asynchronous", Asynchronous,
+                        off=())
 
 
 class FedBuff(RoundSchedule):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Optional
 
 from fl_lightning.errors import ConfigError
+from fl_lightning.resolve import resolve_part
 from fl_lightning.federation.seeding import derive_seed
 from fl_lightning.systems.profiles import Population, check_profile, draw_profile, population_from_rows
 from fl_lightning.systems.traces import read_trace
@@ -52,13 +53,9 @@ class SystemModel:
 
 def resolve_system(value) -> Optional[SystemModel]:
     """None, a profile name, a path ending in .csv, a ``{class_path, init_args}`` dict or a SystemModel."""
-    if value is None or isinstance(value, SystemModel):
-        return value
     if isinstance(value, str) and ("\n" in value or "," in value):  # the CLI read a file given as the value
         raise ConfigError("model.system", "got a file's contents; give a trace as --model.system SystemModel "
                           "--model.system.trace PATH")
-    if isinstance(value, str):
-        return SystemModel(trace=value) if value.lower().endswith(".csv") else SystemModel(profile=value)
-    if isinstance(value, dict):
-        return SystemModel(**(value.get("init_args") or {}))
-    raise ConfigError("model.system", f"needs a profile name, a .csv trace or a SystemModel, got {type(value).__name__}")
+    by_name = lambda name: SystemModel(trace=name) if name.lower().endswith(".csv") else SystemModel(profile=name)
+    return resolve_part(value, SystemModel, "model.system", "a profile name, a .csv trace or a SystemModel",
+                        by_name, off=())

@@ -28,6 +28,7 @@ from typing import Optional
 import numpy as np
 
 from fl_lightning.errors import ConfigError
+from fl_lightning.resolve import resolve_part
 
 KINDS = ("wait_for_all", "deadline", "over_selection")
 
@@ -89,11 +90,5 @@ class RoundPolicy:
 
 def resolve_policy(value) -> Optional[RoundPolicy]:
     """None, a kind name, a ``{class_path, init_args}`` dict (a checkpoint's hparams) or a RoundPolicy."""
-    if value is None or isinstance(value, RoundPolicy):
-        return value
-    if isinstance(value, str):
-        return RoundPolicy(value)
-    if isinstance(value, dict):
-        return RoundPolicy(**(value.get("init_args") or {}))
-    raise ConfigError("model.round_policy", f"needs a policy name ({', '.join(KINDS)}) or a RoundPolicy, got "
-                      f"{type(value).__name__}")
+    return resolve_part(value, RoundPolicy, "model.round_policy",
+                        f"a policy name ({', '.join(KINDS)}) or a RoundPolicy", RoundPolicy, off=())
