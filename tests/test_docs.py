@@ -105,3 +105,17 @@ def test_a_documented_command_parses(shown, args, error, monkeypatch, capsys, wa
         assert code == 2 and capsys.readouterr().err.strip().startswith(error), shown
         return
     assert code in (0, None), f"{shown}: {capsys.readouterr().err[-500:]}"
+
+
+def test_the_docs_name_every_registered_algorithm_codec_and_data_set():
+    """A new algorithm, codec or data set is its file plus its decorator; the docs must list it (no hand-kept list
+    in the code): docs/algorithms.md every algorithm and codec, docs/command_line.md every data set."""
+    from fl_lightning.algorithms.names import REGISTRY
+    from fl_lightning.compression import CODECS
+    from fl_lightning.data import DATASETS
+
+    algorithms, options = (ROOT / "docs" / "algorithms.md").read_text(), (ROOT / "docs" / "command_line.md").read_text()
+    assert [n for n in REGISTRY if f"`{n}`" not in algorithms] == []
+    assert [n for n in CODECS if n not in algorithms] == []
+    dataset_row = next(line for line in options.splitlines() if line.startswith("| `--data.dataset`"))
+    assert [n for n in DATASETS if f"`{n}`" not in dataset_row] == []

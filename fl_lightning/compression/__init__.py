@@ -4,9 +4,7 @@ name ``--model.compression NAME`` gives them, and the accounting of every byte t
 ``fl_lightning.compression.QSGD`` resolve here."""
 from __future__ import annotations
 
-from fl_lightning.compression.codecs import EDEN, QSGD, Codec, EFSign, RandK, TopK
+from fl_lightning.compression.codecs import CODECS, EDEN, QSGD, Codec, EFSign, RandK, TopK
 from fl_lightning.compression.powersgd import PowerSGD
-
-CODECS = {codec.name: codec for codec in (TopK, RandK, QSGD, EFSign, EDEN, PowerSGD)}
 
 __all__ = ["CODECS", "Codec", "EDEN", "EFSign", "PowerSGD", "QSGD", "RandK", "TopK"]

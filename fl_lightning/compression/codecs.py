@@ -24,6 +24,7 @@ from typing import Optional
 import torch
 
 from fl_lightning.errors import ConfigError
+from fl_lightning.registry import Registry
 
 
 def num_kept(k: float, n: int) -> int:
@@ -158,6 +159,9 @@ class Codec:
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.options().items())})"
 
 
+CODECS = Registry("codec")  # --model.compression NAME → the class, in registration order
+
+
 class SparseCodec(Codec):
     """k of the n entries, sent as int32 indices + fp32 values (TopK, RandK).
 
@@ -172,6 +176,7 @@ class SparseCodec(Codec):
         self.k, self.error_feedback = k, error_feedback
 
 
+@CODECS.register()
 class TopK(SparseCodec):
     """Top-k (Aji & Heafield 2017): the k largest-magnitude entries; error feedback on by default."""
 
@@ -184,6 +189,7 @@ class TopK(SparseCodec):
         return topk(values, self.k)
 
 
+@CODECS.register()
 class RandK(SparseCodec):
     """rand-k (Sattler et al. 2019): k uniformly random entries scaled by n/k, so decoding is unbiased."""
 
@@ -193,6 +199,7 @@ class RandK(SparseCodec):
         return randk(values, self.k, generator)
 
 
+@CODECS.register()
 class QSGD(Codec):
     """QSGD (Alistarh et al. 2017): per bucket an fp32 norm, per entry a sign and a stochastic level.
 
@@ -297,6 +304,7 @@ def rotated_sign(x: torch.Tensor, generator: torch.Generator) -> RotatedSignMess
     return RotatedSignMessage(scale, pack_bits((rotated < 0).to(torch.int16), 1), diagonal, n)
 
 
+@CODECS.register()
 class EFSign(Codec):
     """EF-signSGD (Karimireddy et al. 2019): the scaled sign ‖v‖₁/n · sign(v), one bit per entry
     plus an fp32 scale per bucket, with error feedback (the method's point; on by default).
@@ -317,6 +325,7 @@ class EFSign(Codec):
         return scaled_sign(values, self.bucket_size)
 
 
+@CODECS.register()
 class EDEN(Codec):
     """DRIVE / EDEN (Vargaftik et al. 2021, 2022): a seeded randomised Hadamard rotation, one bit per
     entry of the upload padded to a power of two, and one fp32 scale; decoded unbiased.

@@ -19,7 +19,7 @@ from typing import Sequence
 
 import torch
 
-from fl_lightning.compression.codecs import Codec
+from fl_lightning.compression.codecs import CODECS, Codec
 from fl_lightning.errors import ConfigError
 
 
@@ -57,6 +57,7 @@ def power_step(matrix: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, tor
     return p, matrix.T @ p
 
 
+@CODECS.register()
 class PowerSGD(Codec):
     """PowerSGD (Vogels et al. 2019): rank-r factors of each ≥2-d tensor, warm-started per client.
 

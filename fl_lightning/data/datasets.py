@@ -11,13 +11,13 @@ from typing import Callable
 import numpy as np
 import torch
 
-from fl_lightning.data.image_datasets import (check_image_folder, check_tiny_imagenet, load_cifar, load_emnist,
-                                              load_image_folder, load_tiny_imagenet)
+from fl_lightning.data.image_datasets import check_image_folder, check_tiny_imagenet  # and registers its loaders
 from fl_lightning.data.own import dataset_class
-from fl_lightning.data.split import DataOptions, DataSplit
+from fl_lightning.data.split import DATASETS, DataOptions, DataSplit
 from fl_lightning.errors import ConfigError
 
 
+@DATASETS.register("digits")
 def load_digits(opts: DataOptions) -> DataSplit:
     """scikit-learn's 8×8 digits (1,797 images, embedded: no download); fixed 80/20 split."""
     from sklearn.datasets import load_digits as sk_digits
@@ -45,6 +45,7 @@ def check_mnist(opts: DataOptions) -> None:
         )
 
 
+@DATASETS.register("mnist")
 def load_mnist(opts: DataOptions) -> DataSplit:
     """MNIST through ``torchvision.datasets.MNIST`` (downloads when ``data.download`` is true)."""
     from torchvision.datasets import MNIST
@@ -62,6 +63,7 @@ def load_mnist(opts: DataOptions) -> DataSplit:
     return DataSplit(prep(train.data), train.targets.long(), prep(test.data), test.targets.long(), 10)
 
 
+@DATASETS.register("synthetic")
 def load_synthetic(opts: DataOptions) -> DataSplit:
     """Synthetic(α, β) of the FedProx paper (Li et al. 2020), 60 features, 10 classes.
 
@@ -91,16 +93,6 @@ def load_synthetic(opts: DataOptions) -> DataSplit:
                      natural_clients=to_y(owner))
 
 
-DATASETS: dict[str, Callable[[DataOptions], DataSplit]] = {
-    "digits": load_digits,
-    "mnist": load_mnist,
-    "synthetic": load_synthetic,
-    "cifar10": lambda opts: load_cifar("cifar10", opts),
-    "cifar100": lambda opts: load_cifar("cifar100", opts),
-    "emnist": load_emnist,
-    "tinyimagenet": load_tiny_imagenet,
-    "imagefolder": load_image_folder,
-}
 CHECKS: dict[str, Callable[[DataOptions], None]] = {"mnist": check_mnist, "imagefolder": check_image_folder,
                                                     "tinyimagenet": check_tiny_imagenet}
 

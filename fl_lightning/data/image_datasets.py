@@ -8,7 +8,7 @@ import os
 import torch
 
 from fl_lightning.data.images import STATS, ImageTransform, channel_stats, decode_files, list_folder, to_nchw_uint8
-from fl_lightning.data.split import DataOptions, DataSplit
+from fl_lightning.data.split import DATASETS, DataOptions, DataSplit
 from fl_lightning.errors import ConfigError
 
 TINY_IMAGENET_URL = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"
@@ -41,6 +41,17 @@ def load_cifar(name: str, opts: DataOptions) -> DataSplit:
                        torch.tensor(test.targets), len(train.classes), STATS[name], opts)
 
 
+@DATASETS.register("cifar10")
+def load_cifar10(opts: DataOptions) -> DataSplit:
+    return load_cifar("cifar10", opts)
+
+
+@DATASETS.register("cifar100")
+def load_cifar100(opts: DataOptions) -> DataSplit:
+    return load_cifar("cifar100", opts)
+
+
+@DATASETS.register("emnist")
 def load_emnist(opts: DataOptions) -> DataSplit:
     """EMNIST ``byclass`` (62 classes) or ``balanced`` (47): ``data.emnist_split``. No augmentation."""
     from torchvision.datasets import EMNIST
@@ -69,6 +80,7 @@ def check_image_folder(opts: DataOptions) -> None:
                               "give the folder that holds train/<class>/… and test/<class>/… (or val/)")
 
 
+@DATASETS.register("imagefolder")
 def load_image_folder(opts: DataOptions) -> DataSplit:
     """Any ``root/{train,test|val}/<class>/<image>`` tree (e.g. the CIFAR-10 JPEG copy),
     normalised with the training set's own per-channel mean and std."""
@@ -91,6 +103,7 @@ def check_tiny_imagenet(opts: DataOptions) -> None:
                           "tiny-imagenet-200/{train,val}/ with val/val_annotations.txt); set data.download=true")
 
 
+@DATASETS.register("tinyimagenet")
 def load_tiny_imagenet(opts: DataOptions) -> DataSplit:
     """Tiny ImageNet's own layout: train/<wnid>/images/*.JPEG; val/images + val_annotations.txt (the test set)."""
     if opts.download and not os.path.isdir(os.path.join(_tiny_root(opts), "val")):

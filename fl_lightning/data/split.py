@@ -1,10 +1,13 @@
-"""What a data-set loader returns (``DataSplit``) and the options it reads (``DataOptions``)."""
+"""What a data-set loader returns (``DataSplit``), the options it reads (``DataOptions``) and the registry of
+loaders by name (``DATASETS``: ``@DATASETS.register("name")`` on the loader)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
+
+from fl_lightning.registry import Registry
 
 
 @dataclass
@@ -48,3 +51,6 @@ class DataOptions:
     augment: bool = True
     cache_dir: Optional[str] = None
     emnist_split: str = "byclass"
+
+
+DATASETS = Registry("data set")  # --data.dataset NAME → its loader (DataOptions → DataSplit), by decorator
