@@ -104,9 +104,10 @@ def main() -> int:
     print(f"scale {args.scale if not args.pilot else 'pilot'}: {rounds} rounds; {len(search)} search fits + "
           f"{main_count} fits; expected ~{estimate / 60:.0f} min with --jobs {args.jobs} "
           f"(~{START_S + ROUND_S * rounds:.0f} s a fit on one thread)", flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "scale.json").write_text(json.dumps({"scale": "pilot" if args.pilot else args.scale, "rounds": rounds,
-                                                     "command": " ".join(sys.argv)}))
+    if not args.dry_run:  # a dry run prints the commands and writes nothing (it must not relabel a finished run)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "scale.json").write_text(json.dumps({"scale": "pilot" if args.pilot else args.scale, "rounds": rounds,
+                                                         "command": " ".join(sys.argv)}))
     search_cmds = [command(args.out, "search", alg, SEARCH_SEED, rounds, part, (SEARCH[alg][0], value), args.samples)
                    for part, alg, value in search]
     if args.dry_run:
@@ -122,7 +123,8 @@ def main() -> int:
             scores = [final_pval(args.out / "search" / part / f"{alg},{option}={v},seed={SEARCH_SEED}")
                       for v in values]
             chosen[(part, alg)] = (option, values[scores.index(max(scores))])
-    (args.out / "chosen.json").write_text(json.dumps({f"{p}/{a}": list(v) for (p, a), v in chosen.items()}))
+    if not args.dry_run:
+        (args.out / "chosen.json").write_text(json.dumps({f"{p}/{a}": list(v) for (p, a), v in chosen.items()}))
     main_cmds = [command(args.out, "runs", alg, seed, rounds, part, chosen.get((part, alg)), args.samples)
                  for part in args.parts for alg in args.algs for seed in seeds]
     if args.dry_run:

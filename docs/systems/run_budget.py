@@ -134,7 +134,8 @@ def main() -> int:
     print(f"scale {'pilot' if args.pilot else args.scale}: {fits} fits; expected ~{seconds / args.jobs / 60:.0f} min "
           f"with --jobs {args.jobs} (rough: FedBuff arms take ~{FEDBUFF_STEPS_PER_ROUND}x a wait run's rounds)",
           flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
+    if not args.dry_run:
+        args.out.mkdir(parents=True, exist_ok=True)
     phase1 = [command(args.out, s, spec, p, "wait", "fedavg", seed, rounds=spec["rounds"])
               for s, spec in specs.items() for p in args.profiles for seed in seeds]
     failed = [] if args.dry_run else run_all(phase1, args.jobs)
@@ -145,9 +146,10 @@ def main() -> int:
             limits[f"{s}/{p}"] = {"budget_s": b, "deadline_s": d}
             phase2 += [command(args.out, s, spec, p, mode, arm, seed, budget=b, deadline=d)
                        for mode, arm in arms[s] for seed in seeds]
-    (args.out / "scale.json").write_text(json.dumps({"scale": "pilot" if args.pilot else args.scale,
-                                                     "rounds": {s: spec["rounds"] for s, spec in specs.items()},
-                                                     "limits": limits, "command": " ".join(sys.argv)}))
+    if not args.dry_run:  # a dry run prints the commands and writes nothing (it must not relabel a finished run)
+        (args.out / "scale.json").write_text(json.dumps({"scale": "pilot" if args.pilot else args.scale,
+                                                         "rounds": {s: spec["rounds"] for s, spec in specs.items()},
+                                                         "limits": limits, "command": " ".join(sys.argv)}))
     if args.dry_run:
         for cmd in phase1 + phase2:
             print(" ".join(cmd))
