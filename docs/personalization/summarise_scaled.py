@@ -54,6 +54,8 @@ def main(out: Path) -> None:
         for run in part_dir.iterdir():
             alg, seed = run.name.split(",")[0], int(run.name.rsplit("seed=", 1)[1])
             version = run / "version_0" if (run / "version_0").exists() else run
+            if not (version / "metrics.csv").exists():  # still running, or failed before its first row
+                continue
             rows = read(version)
             if any("pval/acc_mean" in r for r in rows):
                 runs.setdefault(alg, {})[seed] = (rows, version)
