@@ -8,6 +8,7 @@ from typing import Optional
 
 from fl_lightning.errors import ConfigError
 from fl_lightning.runs.checkpoint_io import load_weights_only
+from fl_lightning.runs.resumed_folder import logger_roots
 
 CKPT_ALIASES = {"last", "best", "hpc", "registry"}
 
@@ -36,15 +37,9 @@ def newest_checkpoint(trainer_config, identity: str) -> tuple[Optional[str], Opt
     """``ckpt_path: last``: the newest checkpoint that an earlier piece of this same run wrote
     (<save_dir>/<name>/<version>/checkpoints/*.ckpt with run id ``identity``), so a killed run resumes
     with the same command plus ``--ckpt_path last``: its path and contents (memory-mapped), or Nones."""
-    loggers = trainer_config.get("logger")
     found = []
-    for logger in loggers if isinstance(loggers, list) else [loggers]:
-        init_args = getattr(logger, "init_args", None)
-        if init_args is None:
-            continue
-        name = init_args.get("project" if logger.class_path.endswith("WandbLogger") else "name") or "lightning_logs"
-        root = os.path.join(init_args.get("save_dir") or ".", str(name))
-        found += glob.glob(os.path.join(glob.escape(root), "*", "checkpoints", "*.ckpt"))
+    for _, _, root in logger_roots(trainer_config):
+        found += glob.glob(os.path.join(glob.escape(str(root)), "*", "checkpoints", "*.ckpt"))
     for path in sorted(found, key=os.path.getmtime, reverse=True):
         try:
             checkpoint = load_weights_only(path, map_location="cpu", mmap=True)

@@ -27,11 +27,10 @@ from torch.func import functional_call, grad_and_value, vmap
 
 from fl_lightning.errors import ConfigError
 from fl_lightning.federation.contexts import ClientContext, ClientTask, RoundContext
-from fl_lightning.federation.local_training import LocalTrainer, call_hook, overriding
+from fl_lightning.federation.local_training import LocalTrainer, call_hook, clip_gradient_, overriding
 from fl_lightning.federation.parallel import check_parallel_clients
 from fl_lightning.federation.seams import ClientRunner
-from fl_lightning.federation.seeding import (Stream, generator, global_rng_state, isolated_rng, seed_global_rng,
-                                             stream_seed)
+from fl_lightning.federation.seeding import Stream, global_rng_state, isolated_rng, seed_global_rng, stream_seed
 from fl_lightning.federation.stack import Stack
 from fl_lightning.federation.user_module import RecordedLogs, is_lightning
 
@@ -99,7 +98,7 @@ class BatchedRunner(ClientRunner):
 
     def __init__(self, main: LocalTrainer, cohort: Optional[int] = None, compile: bool = False):
         super().__init__(main)
-        self.main, self.requested = main, cohort
+        self.requested = cohort
         self.callbacks = main.callbacks
         self._gradient_hooks = overriding(self.callbacks, "on_local_gradient")
         self._step_hooks = overriding(self.callbacks, "on_local_step_end")
@@ -117,7 +116,7 @@ class BatchedRunner(ClientRunner):
 
     # -- the ClientRunner interface --------------------------------------------------------
     def run(self, positions: list[int], plan: RoundContext) -> Iterator[tuple[int, tuple]]:
-        flat = self.main.flat
+        flat = self.trainer.flat
         self.cohort = cohort_size(self.requested, len(positions), flat.numel, flat.device)
         for first in range(0, len(positions), self.cohort):
             cohort = positions[first:first + self.cohort]
@@ -126,21 +125,12 @@ class BatchedRunner(ClientRunner):
             yield from zip(cohort, results)
             del results
 
-    def reported(self, client: ClientContext) -> None:
-        call_hook(self.callbacks, "on_client_reported", client)
-
-    def state_dict(self) -> dict:
-        return {}
-
-    def load_state_dict(self, state: dict) -> None:
-        pass
-
     def metrics(self) -> dict:
         return {"clients/cohort": float(self.cohort)}
 
     # -- one cohort -------------------------------------------------------------------------
     def _train_cohort(self, tasks: list[ClientTask], plan: RoundContext) -> list[tuple]:
-        main = self.main
+        main = self.trainer
         group = main.optimizer.param_groups[0]
         lr, wd, momentum = group["lr"], group.get("weight_decay", 0.0), group.get("momentum", 0.0)
         stack = Stack(self._gradients, main.global_vector, len(tasks), main.flat.num_params, momentum,
@@ -156,7 +146,7 @@ class BatchedRunner(ClientRunner):
             clients.append(client)
         for client in clients:  # every client exists first: ∇f_i(x^r) is computed for all at once
             call_hook(self.callbacks, "on_client_start", client)
-        batches = [self._batches(task) for task in tasks]
+        batches = [main.minibatches(task) for task in tasks]
         active = list(range(len(tasks)))
         while True:
             drawn = [(row, next(batches[row], None)) for row in active]
@@ -170,36 +160,15 @@ class BatchedRunner(ClientRunner):
             self._local_step(clients, active, stack, lr, wd)
         return [self._finish(client, stack.losses[row]) for row, client in enumerate(clients)]
 
-    def _batches(self, task: ClientTask) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """The client's minibatches in the serial runner's order, with its augmentation draws."""
-        main = self.main
-        x, y = main.data_of(task)
-        n, batch = len(y), main.config.batch_size
-        batch_order = generator(task.seed)
-        augmentation = generator(stream_seed(task.seed, Stream.AUGMENTATION), x.device)
-        budget, steps = (task.max_steps if task.max_steps is not None else -1), 0
-        for _ in range(task.local_epochs):
-            if steps == budget:
-                return
-            perm = torch.randperm(n, generator=batch_order).to(x.device)
-            xs, ys = x[perm], y[perm]
-            for start in range(0, n, batch):
-                if steps == budget:
-                    return
-                steps += 1
-                yield main.clients.prepare(xs[start:start + batch], augmentation), ys[start:start + batch]
-
     def _full_gradients(self, stack: "Stack", clients: list[ClientContext]) -> torch.Tensor:
         """∇f_i(x^r) of every client of the cohort (rows), computed once, batch by batch as
         ``LocalTrainer.full_gradient`` does, with each client's own augmentation stream."""
         if stack.full is None:
-            main, batch = self.main, self.main.config.batch_size
+            main = self.trainer
             passes = []
             for client in clients:
-                x, y = main.data_of(client.task)
-                augmentation = generator(stream_seed(client.task.seed, Stream.FULL_GRADIENT_AUGMENTATION), x.device)
-                passes.append([(main.clients.prepare(x[s:s + batch], augmentation), y[s:s + batch], len(y))
-                               for s in range(0, len(y), batch)])
+                n = len(main.data_of(client.task)[1])
+                passes.append([(xb, yb, n) for xb, yb in main.full_batches(client.task)])
             stack.full = torch.zeros_like(stack.grads)
             for k in range(max(len(p) for p in passes)):
                 rows = [row for row, p in enumerate(passes) if k < len(p)]
@@ -208,11 +177,10 @@ class BatchedRunner(ClientRunner):
 
     def _local_step(self, clients, active, stack: "Stack", lr: float, wd: float) -> None:
         """Clip, the gradient hooks, SGD on the active rows, the step hooks: the serial step's order."""
-        clip = self.main.config.grad_clip
+        clip = self.trainer.config.grad_clip
         if clip is not None:
             for row in active:
-                grad = stack.grads[row]
-                grad.mul_(torch.clamp(clip / (grad.norm() + 1e-6), max=1.0))
+                clip_gradient_(stack.grads[row], clip)
         for row in active:
             client = clients[row]
             if self._replays:
@@ -230,10 +198,6 @@ class BatchedRunner(ClientRunner):
         """Upload Δ = y − x^r over the client's ranges, its end hooks, its y kept (Y is the next cohort's)."""
         client.batch, client.batch_rng_state = (), None
         seed_global_rng(stream_seed(client.task.seed, Stream.DROPOUT), client.vector.device)
-        delta = client.vector - client.global_vector
-        for start, stop in client.task.upload_ranges:
-            client.upload.add("delta", start, delta[start:stop])
-        call_hook(self.callbacks, "on_client_end", client)
-        call_hook(self.callbacks, "on_upload", client)
+        self.trainer.end_client(client)
         client.keep_final_model()
         return client, loss_sum, RecordedLogs()

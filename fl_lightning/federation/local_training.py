@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Callable, ContextManager, Optional, Protocol, Sequence
+from typing import Callable, ContextManager, Iterator, Optional, Protocol, Sequence
 
 import torch
 
@@ -59,6 +59,11 @@ def call_hook(callbacks: Sequence[FLCallback], hook: str, context) -> None:
         getattr(cb, hook)(context)
 
 
+def clip_gradient_(grad: torch.Tensor, clip: float) -> None:
+    """Scales ``grad`` in place to norm ≤ ``clip`` (the authors' clip_grad_norm)."""
+    grad.mul_(torch.clamp(clip / (grad.norm() + 1e-6), max=1.0))
+
+
 def overriding(callbacks: Sequence[FLCallback], hook: str) -> list[FLCallback]:
     return [cb for cb in callbacks if getattr(type(cb), hook) is not getattr(FLCallback, hook)]
 
@@ -102,11 +107,7 @@ class LocalTrainer:
         with isolated_rng(self.flat.device) if isolate_rng else nullcontext(), logging_into(self.flat.net, logs):
             call_hook(self.callbacks, "on_client_start", client)  # dropout: the client's own streams only
             loss_sum = self.train_local(client)
-            delta = self.flat.vector - self.global_vector
-            for start, stop in task.upload_ranges:
-                client.upload.add("delta", start, delta[start:stop])
-            call_hook(self.callbacks, "on_client_end", client)
-            call_hook(self.callbacks, "on_upload", client)
+            self.end_client(client)
         return client, loss_sum, logs
 
     def data_of(self, task: ClientTask) -> tuple[torch.Tensor, torch.Tensor]:
@@ -116,40 +117,61 @@ class LocalTrainer:
         """E local epochs of minibatch SGD on the client's own data (client_step); the summed loss."""
         if self.config.local_trainer is not None:
             return train_in_trainer(self, client)
-        task = client.task
+        device = self.data_of(client.task)[0].device
+        seed_global_rng(stream_seed(client.task.seed, Stream.DROPOUT), device)
+        loss_sum = torch.zeros((), device=device)
+        flat, optimizer, clip, net = self.flat, self.optimizer, self.config.grad_clip, self.flat.net
+        for client.batch in self.minibatches(client.task):
+            if self._replays_minibatch:
+                client.batch_rng_state = global_rng_state(device)
+            with self.forward_context():
+                loss = self.loss_fn(net, *client.batch)
+            flat.backward(loss)
+            if clip is not None:
+                clip_gradient_(flat.grad, clip)
+            for cb in self._gradient_hooks:
+                cb.on_local_gradient(client)
+            optimizer.step()
+            for cb in self._step_hooks:
+                cb.on_local_step_end(client)
+            loss_sum += loss.detach()
+            client.steps += 1
+        client.batch, client.batch_rng_state = (), None
+        return loss_sum
+
+    def minibatches(self, task: ClientTask) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The client's E epochs of minibatches (x augmented, y) in its own seeded order (``task.seed``, its
+        augmentation stream), at most ``task.max_steps`` of them (partial work)."""
         x, y = self.data_of(task)
         n, batch = len(y), self.config.batch_size
         batch_order = generator(task.seed)
         augmentation = generator(stream_seed(task.seed, Stream.AUGMENTATION), x.device)
-        seed_global_rng(stream_seed(task.seed, Stream.DROPOUT), x.device)
-        loss_sum = torch.zeros((), device=x.device)
-        flat, optimizer, clip, net = self.flat, self.optimizer, self.config.grad_clip, self.flat.net
-        budget = task.max_steps if task.max_steps is not None else -1  # partial work: stop after it
+        budget = task.max_steps if task.max_steps is not None else -1
+        steps = 0
         for _ in range(task.local_epochs):
-            if client.steps == budget:
-                break
             perm = torch.randperm(n, generator=batch_order).to(x.device)
             xs, ys = x[perm], y[perm]
             for start in range(0, n, batch):
-                if client.steps == budget:
-                    break
-                client.batch = (self.clients.prepare(xs[start:start + batch], augmentation), ys[start:start + batch])
-                if self._replays_minibatch:
-                    client.batch_rng_state = global_rng_state(x.device)
-                with self.forward_context():
-                    loss = self.loss_fn(net, *client.batch)
-                flat.backward(loss)
-                if clip is not None:
-                    flat.grad.mul_(torch.clamp(clip / (flat.grad.norm() + 1e-6), max=1.0))
-                for cb in self._gradient_hooks:
-                    cb.on_local_gradient(client)
-                optimizer.step()
-                for cb in self._step_hooks:
-                    cb.on_local_step_end(client)
-                loss_sum += loss.detach()
-                client.steps += 1
-        client.batch, client.batch_rng_state = (), None
-        return loss_sum
+                if steps == budget:
+                    return
+                steps += 1
+                yield self.clients.prepare(xs[start:start + batch], augmentation), ys[start:start + batch]
+
+    def full_batches(self, task: ClientTask) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """One pass over the client's data in order, in minibatches, with its full-gradient augmentation stream."""
+        x, y = self.data_of(task)
+        augmentation = generator(stream_seed(task.seed, Stream.FULL_GRADIENT_AUGMENTATION), x.device)
+        for start in range(0, len(y), self.config.batch_size):
+            yield self.clients.prepare(x[start:start + self.config.batch_size], augmentation), \
+                y[start:start + self.config.batch_size]
+
+    def end_client(self, client: ClientContext) -> None:
+        """Upload Δ = y − x^r over the client's upload ranges, then ``on_client_end`` and ``on_upload``."""
+        delta = client.vector - client.global_vector
+        for start, stop in client.task.upload_ranges:
+            client.upload.add("delta", start, delta[start:stop])
+        call_hook(self.callbacks, "on_client_end", client)
+        call_hook(self.callbacks, "on_upload", client)
 
     # -- gradients at the downloaded model (SVRG, control-variate option I) ---------------
     def full_gradient(self, client: ClientContext) -> torch.Tensor:
@@ -157,12 +179,9 @@ class LocalTrainer:
         model; one pass (``ClientContext.full_gradient`` keeps it for the round). Call it while the
         working model is still x^r (``on_client_start``)."""
         x, y = self.data_of(client.task)
-        augmentation = generator(stream_seed(client.task.seed, Stream.FULL_GRADIENT_AUGMENTATION), x.device)
         seed_global_rng(stream_seed(client.task.seed, Stream.FULL_GRADIENT_DROPOUT), x.device)
         total = torch.zeros_like(self.flat.grad)
-        for start in range(0, len(y), self.config.batch_size):
-            xb = self.clients.prepare(x[start:start + self.config.batch_size], augmentation)
-            yb = y[start:start + self.config.batch_size]
+        for xb, yb in self.full_batches(client.task):
             with self.forward_context():
                 loss = self.loss_fn(self.flat.net, xb, yb)
             total.add_(self.flat.backward(loss, out=self._scratch_grad()), alpha=len(yb) / len(y))

@@ -111,6 +111,7 @@ def one_round(event_multiplier: float, cohort: int, population: int, sampling: s
     return acc
 
 
+@functools.lru_cache(maxsize=32)  # the pre-fit check and the fit calibrate the same z
 def noise_multiplier_for(target_epsilon: float, rounds: int, cohort: int, population: int,
                          delta: Optional[float] = None, sampling: str = "fixed", accountant: str = "rdp",
                          tolerance: float = 1e-3) -> float:

@@ -49,7 +49,7 @@ class ClientDP(FLCallback):
         self.epsilon = 0.0
         self.clipped = self.reported = self.control_clipped = 0
         self.noise_to_signal = 0.0
-        self._counts = None
+        self._counts, self._released = None, 1
 
     # -- set-up -------------------------------------------------------------------------------
     def prepare(self, population: int, cohort: int, rounds: Optional[int] = None) -> None:
@@ -98,12 +98,10 @@ class ClientDP(FLCallback):
         return accountant.epsilon(self.noise_multiplier, rounds, self.cohort, self.population, self.delta,
                                   self.options.sampling, self.options.accountant)
 
-    def next_round_exceeds_budget(self, rounds_done: int) -> bool:
-        budget = self.options.epsilon_budget
-        return budget is not None and self.epsilon_after(rounds_done + 1) > budget
-
     def stops_before(self, round_idx: int) -> bool:
-        return self.next_round_exceeds_budget(round_idx)
+        """The next round (``round_idx`` rounds done) would pass ``epsilon_budget``."""
+        budget = self.options.epsilon_budget
+        return budget is not None and self.epsilon_after(round_idx + 1) > budget
 
     # -- the round --------------------------------------------------------------------------------
     def configure_round(self, round):
@@ -123,6 +121,7 @@ class ClientDP(FLCallback):
         # poisson: expected counts qK·P(a joining client uploads k), whatever was drawn (round.upload_choices)
         self._counts = (expected_counts(round.upload_choices, float(self.cohort), round.num_params) if poisson
                         else planned_counts(round.clients, round.num_params))
+        self._released = max(int((self._counts > 0).sum()), 1)  # coordinates whose noised sum is released
         self.clipped = self.reported = self.control_clipped = 0
 
     def on_client_end(self, client):
@@ -145,8 +144,7 @@ class ClientDP(FLCallback):
         received, d = server.received, server.update.numel()
         std = self.update_noise_multiplier * self.clip
         total = received.sum("delta")[:d]
-        released = int((self._counts > 0).sum())
-        signal = float(total.double().norm()) / max(released, 1) ** 0.5  # RMS of the clipped sum per coordinate
+        signal = float(total.double().norm()) / self._released ** 0.5  # RMS of the clipped sum per coordinate
         self.noise_to_signal = std / signal if signal > 0 else math.inf
         mean = noised_mean(total, self._counts, std, server.round)
         server.update.copy_(mean.to(server.update.dtype))

@@ -14,10 +14,22 @@ import os
 import shutil
 import warnings
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 FOLDER_LOGGERS = ("CSVLogger", "TensorBoardLogger")
 ROUND_FILES = ("timeline.csv", "pval_clients.csv", "flower.csv")  # a "round" column, 1-based
+
+
+def logger_roots(trainer_config) -> Iterator[tuple[str, dict, Path]]:
+    """(class name, init_args, ``<save_dir>/<name>``) of each logger the command configures (WandbLogger: its project)."""
+    loggers = trainer_config.get("logger")
+    for logger in loggers if isinstance(loggers, list) else [loggers]:
+        init_args = getattr(logger, "init_args", None)
+        if init_args is None:
+            continue
+        kind = str(getattr(logger, "class_path", "")).rsplit(".", 1)[-1]
+        name = init_args.get("project" if kind == "WandbLogger" else "name") or "lightning_logs"
+        yield kind, init_args, Path(init_args.get("save_dir") or ".") / str(name)
 
 
 def continue_in_checkpoint_folder(trainer_config, ckpt_path: Optional[str]) -> Optional[Path]:
@@ -29,12 +41,9 @@ def continue_in_checkpoint_folder(trainer_config, ckpt_path: Optional[str]) -> O
     if folder.name != "checkpoints" or not folder.parent.name.startswith("version_"):
         return None
     folder = folder.parent
-    loggers = trainer_config.get("logger")
-    for logger in loggers if isinstance(loggers, list) else [loggers]:
-        init_args = getattr(logger, "init_args", None)
-        if init_args is None or str(getattr(logger, "class_path", "")).rsplit(".", 1)[-1] not in FOLDER_LOGGERS:
+    for kind, init_args, root in logger_roots(trainer_config):
+        if kind not in FOLDER_LOGGERS:
             continue
-        root = Path(init_args.get("save_dir") or ".") / str(init_args.get("name") or "lightning_logs")
         if init_args.get("version") is None and root.resolve() == folder.parent and folder.name[8:].isdigit():
             init_args["version"] = int(folder.name[8:])
             return folder
