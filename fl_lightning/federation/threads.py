@@ -128,7 +128,7 @@ class Threads(Callback):
                       "cannot give one process's numbers bit for bit (docs/scale_out.md, \"Same numbers in every thread "
                       "layout\")")
         if stage == "fit" and trainer.is_global_zero:
-            given = f"--threads {self.threads}" if self.threads is not None else "not set (--threads N sets it)"
+            given = f"--threads {self.threads}" if self.threads is not None else "no --threads"
             print(f"fl-lightning: threads: {torch.get_num_threads()} intra-op, {torch.get_num_interop_threads()} "
                   f"inter-op, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, "
                   f"MKL_NUM_THREADS={os.environ.get('MKL_NUM_THREADS', 'unset')} ({given}); "
