@@ -13,6 +13,7 @@ from fl_lightning.errors import ConfigError, check_accuracy
 from fl_lightning.federation.evaluation import evaluates_itself
 from fl_lightning.federation.parallel import check_parallel_clients
 from fl_lightning.federation.batched import check_batched
+from fl_lightning.federation.runners import RUNNERS
 from fl_lightning.federation.trainer_path import local_trainer_options
 from fl_lightning.federation.user_module import is_lightning, network_optimizer_settings
 from fl_lightning.personalization.evaluation import check_new_clients, check_schedule
@@ -63,9 +64,6 @@ def check_trainer(hp, trainer) -> None:
                           "pseudo-gradient; use bf16-mixed or 32")
 
 
-CLIENT_RUNNERS = ("serial", "threads", "batched")  # model.client_runner
-
-
 def check_module_options(hp) -> None:
     """Options that are wrong whatever the algorithm: one line each."""
     for field in ("clients_per_round", "local_epochs", "batch_size", "test_every_n_rounds", "parallel_clients",
@@ -75,8 +73,8 @@ def check_module_options(hp) -> None:
     for field in ("lr", "lr_decay", "max_upload_d", "eval_every_d", "grad_clip"):
         if hp.get(field) is not None and not hp[field] > 0:
             raise ConfigError(f"model.{field}", f"must be > 0, got {hp[field]}")
-    if hp.get("client_runner", "serial") not in CLIENT_RUNNERS:
-        raise ConfigError("model.client_runner", f"got {hp['client_runner']!r}; choose one of {', '.join(CLIENT_RUNNERS)}")
+    if hp.get("client_runner", "serial") not in RUNNERS:
+        raise ConfigError("model.client_runner", f"got {hp['client_runner']!r}; choose one of {', '.join(RUNNERS)}")
     if hp["weight_decay"] < 0:
         raise ConfigError("model.weight_decay", f"must be ≥ 0, got {hp['weight_decay']}")
     check_accuracy("model.target_accuracy", hp.get("target_accuracy"))

@@ -107,15 +107,26 @@ def test_a_documented_command_parses(shown, args, error, monkeypatch, capsys, wa
     assert code in (0, None), f"{shown}: {capsys.readouterr().err[-500:]}"
 
 
-def test_the_docs_name_every_registered_algorithm_codec_and_data_set():
-    """A new algorithm, codec or data set is its file plus its decorator; the docs must list it (no hand-kept list
-    in the code): docs/algorithms.md every algorithm and codec, docs/command_line.md every data set."""
+def test_the_docs_name_every_registered_algorithm_codec_data_set_model_runner_and_profile():
+    """A new algorithm, codec, data set, model, client runner or system profile is its file plus its registration;
+    the docs must list it (no hand-kept list in the code): docs/algorithms.md every algorithm and codec,
+    docs/command_line.md every data set and client runner, docs/models_and_data.md every model, docs/systems.md every
+    profile."""
     from fl_lightning.algorithms.names import REGISTRY
     from fl_lightning.compression import CODECS
     from fl_lightning.data import DATASETS
+    from fl_lightning.federation.runners import RUNNERS
+    from fl_lightning.models import MODELS
+    from fl_lightning.systems import PROFILES
 
     algorithms, options = (ROOT / "docs" / "algorithms.md").read_text(), (ROOT / "docs" / "command_line.md").read_text()
     assert [n for n in REGISTRY if f"`{n}`" not in algorithms] == []
     assert [n for n in CODECS if n not in algorithms] == []
     dataset_row = next(line for line in options.splitlines() if line.startswith("| `--data.dataset`"))
     assert [n for n in DATASETS if f"`{n}`" not in dataset_row] == []
+    runner_row = next(line for line in options.splitlines() if line.startswith("| `--model.client_runner`"))
+    assert [n for n in RUNNERS if f"`{n}`" not in runner_row] == []
+    models = (ROOT / "docs" / "models_and_data.md").read_text()
+    assert [n for n in MODELS if f"`{n}`" not in models] == []
+    systems = (ROOT / "docs" / "systems.md").read_text()
+    assert [n for n in PROFILES if f"`{n}`" not in systems] == []

@@ -29,7 +29,7 @@ from fl_lightning.errors import ConfigError
 from fl_lightning.federation.contexts import ClientContext, ClientTask, RoundContext
 from fl_lightning.federation.local_training import LocalTrainer, call_hook, clip_gradient_, overriding
 from fl_lightning.federation.parallel import check_parallel_clients
-from fl_lightning.federation.seams import ClientRunner
+from fl_lightning.federation.seams import RUNNERS, ClientRunner
 from fl_lightning.federation.seeding import Stream, global_rng_state, isolated_rng, seed_global_rng, stream_seed
 from fl_lightning.federation.stack import Stack
 from fl_lightning.federation.user_module import RecordedLogs, is_lightning
@@ -85,6 +85,7 @@ def cohort_size(requested: Optional[int], clients: int, numel: int, device: torc
     return max(1, min(clients, free // 4 // (COPIES_PER_CLIENT * numel * BYTES_PER_FLOAT)))
 
 
+@RUNNERS.register("batched")
 class BatchedRunner(ClientRunner):
     """Trains the plan's clients B at a time on stacked weights; ``run`` yields each client's result
     (``LocalTrainer.run_client``'s) in plan order.
@@ -95,6 +96,10 @@ class BatchedRunner(ClientRunner):
         cohort: B, or None (``cohort_size``).
         compile: ``torch.compile`` the batched forward/backward.
     """
+
+    @classmethod
+    def from_options(cls, trainer: LocalTrainer, parallel_clients: int, cohort_size: Optional[int]) -> ClientRunner:
+        return cls(trainer, cohort_size)
 
     def __init__(self, main: LocalTrainer, cohort: Optional[int] = None, compile: bool = False):
         super().__init__(main)

@@ -30,7 +30,7 @@ from fl_lightning.errors import ConfigError
 from fl_lightning.federation.flat import FlatModel
 from fl_lightning.federation.user_module import RecordedLogs
 from fl_lightning.federation.local_training import LocalTrainer
-from fl_lightning.federation.seams import ClientRunner
+from fl_lightning.federation.seams import RUNNERS, ClientRunner, SerialRunner
 from fl_lightning.federation.seeding import generator, global_rng_state, isolated_rng
 
 Result = tuple[ClientContext, torch.Tensor, RecordedLogs]
@@ -92,6 +92,7 @@ def check_parallel_clients(flat: FlatModel, loss_fn: Callable, clients, batch_si
             buffer.copy_(value)
 
 
+@RUNNERS.register("threads")
 class ClientPool(ClientRunner):
     """K local trainers and the threads that run them; ``run`` yields each client's result in plan order.
 
@@ -112,6 +113,10 @@ class ClientPool(ClientRunner):
         self._streams = ({id(t): torch.cuda.Stream(main.flat.device) for t in self.trainers}
                          if main.flat.device.type == "cuda" else {})
         self._executor: Optional[ThreadPoolExecutor] = None
+
+    @classmethod
+    def from_options(cls, trainer: LocalTrainer, parallel_clients: int, cohort_size: Optional[int]) -> ClientRunner:
+        return cls(trainer, parallel_clients, torch.get_num_threads()) if parallel_clients > 1 else SerialRunner(trainer)
 
     @staticmethod
     def _copy(main: LocalTrainer) -> LocalTrainer:

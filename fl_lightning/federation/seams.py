@@ -23,8 +23,10 @@ import torch
 
 from fl_lightning.federation.contexts import RoundContext
 from fl_lightning.federation.local_training import LocalTrainer, call_hook
+from fl_lightning.registry import Registry
 
 Trained = tuple[int, tuple]  # (position, (ClientContext, loss sum, RecordedLogs))
+RUNNERS = Registry("client runner")  # model.client_runner: name → ClientRunner class (``@RUNNERS.register(name)``)
 
 
 class Part:
@@ -97,6 +99,11 @@ class ClientRunner(Part):
     def __init__(self, trainer: LocalTrainer):
         self.trainer = trainer
 
+    @classmethod
+    def from_options(cls, trainer: LocalTrainer, parallel_clients: int, cohort_size: Optional[int]) -> "ClientRunner":
+        """The runner ``model.client_runner NAME`` builds, with the fit's ``parallel_clients`` and ``cohort_size``."""
+        return cls(trainer)
+
     def run(self, positions: list[int], plan: RoundContext) -> Iterator[Trained]:
         raise NotImplementedError
 
@@ -104,6 +111,7 @@ class ClientRunner(Part):
         call_hook(self.trainer.callbacks, "on_client_reported", client)
 
 
+@RUNNERS.register("serial")
 class SerialRunner(ClientRunner):
     """One client at a time on the loop's working model."""
 

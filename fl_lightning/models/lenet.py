@@ -12,6 +12,7 @@ from typing import Optional
 from torch import nn
 
 from fl_lightning.errors import ConfigError
+from fl_lightning.models._registry import MODELS
 from fl_lightning.models.sizing import sized
 from fl_lightning.models.vgg import norm_layer
 
@@ -51,5 +52,6 @@ class LeNet5(nn.Module):
         return self.fc3
 
 
+@MODELS.register("lenet5")
 def lenet5(num_classes: Optional[int] = None, in_channels: Optional[int] = None, image_size: Optional[int] = None) -> LeNet5:
     return LeNet5(num_classes, in_channels, image_size)

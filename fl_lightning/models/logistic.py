@@ -8,6 +8,7 @@ from typing import Optional
 
 from torch import nn
 
+from fl_lightning.models._registry import MODELS
 from fl_lightning.models.sizing import sized
 
 
@@ -28,5 +29,6 @@ class LogisticRegression(nn.Module):
         return self.linear
 
 
+@MODELS.register("logistic_regression")
 def logistic_regression(in_features: Optional[int] = None, num_classes: Optional[int] = None) -> LogisticRegression:
     return LogisticRegression(in_features, num_classes)

@@ -5,6 +5,7 @@ from typing import Optional, Sequence
 
 from torch import nn
 
+from fl_lightning.models._registry import MODELS
 from fl_lightning.models.sizing import sized
 
 
@@ -32,5 +33,6 @@ class MLP(nn.Module):
         return self.head
 
 
+@MODELS.register("mlp")
 def mlp(in_features: Optional[int] = None, num_classes: Optional[int] = None, hidden: Sequence[int] = (200, 200)) -> MLP:
     return MLP(in_features, num_classes, hidden)

@@ -10,6 +10,7 @@ from typing import Optional
 
 from torch import nn
 
+from fl_lightning.models._registry import MODELS
 from fl_lightning.models.sizing import sized
 from fl_lightning.models.vgg import norm_layer
 
@@ -60,5 +61,6 @@ class ResNet18(nn.Module):
         return self.linear
 
 
+@MODELS.register("resnet18")
 def resnet18(num_classes: Optional[int] = None, in_channels: Optional[int] = None, norm: str = "bn") -> ResNet18:
     return ResNet18(num_classes, in_channels, norm)

@@ -27,6 +27,7 @@ from typing import Optional
 from torch import nn
 
 from fl_lightning.errors import ConfigError
+from fl_lightning.models._registry import MODELS
 
 HUB_HOST = ("huggingface.co", 443)
 _ARCHITECTURE_ONLY = False
@@ -51,6 +52,7 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
+@MODELS.register("timm")
 class TimmModel(nn.Module):
     """Builder with a class face (jsonargparse wants a class): returns ``timm.create_model(...)``."""
 

@@ -12,6 +12,7 @@ from typing import Optional
 
 from torch import nn
 
+from fl_lightning.models._registry import MODELS
 from fl_lightning.models.sizing import sized
 
 CONFIGS = {
@@ -69,9 +70,11 @@ class VGG(nn.Module):
         return self.classifier
 
 
+@MODELS.register("vgg11")
 def vgg11(num_classes: Optional[int] = None, in_channels: Optional[int] = None, norm: str = "bn", hidden: int = 512) -> VGG:
     return VGG(11, num_classes, in_channels, norm, hidden)
 
 
+@MODELS.register("vgg19")
 def vgg19(num_classes: Optional[int] = None, in_channels: Optional[int] = None, norm: str = "bn", hidden: int = 512) -> VGG:
     return VGG(19, num_classes, in_channels, norm, hidden)

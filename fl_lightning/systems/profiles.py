@@ -36,19 +36,34 @@ from typing import Optional
 
 import numpy as np
 
+from fl_lightning.registry import Registry
+
 MBIT = 1e6 / 8  # bytes per second in one Mbit/s
 
-# name → {quantity: (median, sigma)}; sigma 0: every client the median; on/off: exponential means (None: always on)
-PROFILES: dict[str, dict] = {
-    "uniform": dict(speed=(100.0, 0.0), up_mbps=(10.0, 0.0), down_mbps=(10.0, 0.0), latency_s=(0.0, 0.0),
-                    on_s=None, off_s=None),
-    "mobile": dict(speed=(50.0, 0.8), up_mbps=(2.0, 1.0), down_mbps=(10.0, 1.0), latency_s=(0.1, 0.5),
-                   on_s=600.0, off_s=1200.0),
-    "slow_uplink": dict(speed=(100.0, 0.5), up_mbps=(0.5, 1.0), down_mbps=(10.0, 0.5), latency_s=(0.05, 0.5),
-                        on_s=None, off_s=None),
-    "slow_compute": dict(speed=(5.0, 0.8), up_mbps=(20.0, 0.5), down_mbps=(50.0, 0.5), latency_s=(0.05, 0.5),
-                         on_s=None, off_s=None),
-}
+PROFILES = Registry("system profile")  # name → Profile; a new one: ``PROFILES.add(Profile("name", ...))`` in its file
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A named population: each quantity's (median, σ of its natural log) — σ 0: every client the median — and the
+    exponential means of the on/off availability cycle (None: always on)."""
+
+    name: str
+    speed: tuple[float, float]  # samples per second of local training
+    up_mbps: tuple[float, float]
+    down_mbps: tuple[float, float]
+    latency_s: tuple[float, float]
+    on_s: Optional[float] = None
+    off_s: Optional[float] = None
+
+
+PROFILES.add(Profile("uniform", speed=(100.0, 0.0), up_mbps=(10.0, 0.0), down_mbps=(10.0, 0.0), latency_s=(0.0, 0.0)))
+PROFILES.add(Profile("mobile", speed=(50.0, 0.8), up_mbps=(2.0, 1.0), down_mbps=(10.0, 1.0), latency_s=(0.1, 0.5),
+                     on_s=600.0, off_s=1200.0))
+PROFILES.add(Profile("slow_uplink", speed=(100.0, 0.5), up_mbps=(0.5, 1.0), down_mbps=(10.0, 0.5),
+                     latency_s=(0.05, 0.5)))
+PROFILES.add(Profile("slow_compute", speed=(5.0, 0.8), up_mbps=(20.0, 0.5), down_mbps=(50.0, 0.5),
+                     latency_s=(0.05, 0.5)))
 
 COLUMNS = ("speed", "up_Bps", "down_Bps", "latency_s", "on_s", "off_s", "phase_s")
 
@@ -130,16 +145,16 @@ def draw_profile(name: str, num_clients: int, seed: int, compute_scale: float = 
     rng = np.random.default_rng(seed)
 
     def lognormal(key: str) -> np.ndarray:
-        median, sigma = spec[key]
+        median, sigma = getattr(spec, key)
         return median * np.exp(sigma * rng.standard_normal(num_clients))
 
     speed = lognormal("speed") * compute_scale
     up, down, latency = lognormal("up_mbps") * MBIT, lognormal("down_mbps") * MBIT, lognormal("latency_s")
-    if spec["on_s"] is None or always_available:
+    if spec.on_s is None or always_available:
         on, off, phase = np.full(num_clients, np.inf), np.zeros(num_clients), np.zeros(num_clients)
     else:
-        on = rng.exponential(spec["on_s"], num_clients)
-        off = rng.exponential(spec["off_s"], num_clients)
+        on = rng.exponential(spec.on_s, num_clients)
+        off = rng.exponential(spec.off_s, num_clients)
         phase = rng.random(num_clients) * (on + off)
     return Population(speed, up, down, latency, on, off, phase)
 
