@@ -5,15 +5,17 @@
 Two phases:
 1. search: each method's own hyper-parameter (SEARCH below) on seed 10 — not a reported seed — per partition; the
    value with the best final pval/acc_mean is kept (ties: the first listed).
-2. runs: every method with its kept value, seeds 0, 1, 2. pval/* is logged every ROUNDS/10 rounds, so the summary
+2. runs: every method with its kept value, seeds 0, 1, 2. pval/* is logged every ROUNDS/5 rounds, so the summary
    compares at equal rounds (the last) and at equal floats (each method's pval at FedBCGD-personal's total floats).
 
   python docs/personalization/run_scaled.py OUT --scale reduced --jobs 2       # ~35-40 min on 2 cores
+  python docs/personalization/run_scaled.py OUT --scale session --jobs 2 --chosen docs/personalization/runs_scaled/chosen.json
   python docs/personalization/run_scaled.py OUT --scale full --jobs 16         # 50 rounds
   python docs/personalization/summarise_scaled.py OUT                           # the table (markdown)
 
---scale full: 50 rounds, three partitions. reduced: 12 rounds (rounds shrunk, data per client kept) and ρ = 0.1
-only — a fit's start-up (~40 s: data, model) leaves 2 cores no room for three partitions in ~40 min. --dry-run prints the commands; --pilot R: R rounds, seed 0, no search;
+--scale full: 50 rounds, three partitions. session: 50 rounds on ρ = 0.1, 12 on ρ = 0.6 and shards (~100 min on 2
+cores with --chosen). reduced: 12 rounds (rounds shrunk, data per client kept) and ρ = 0.1 only. --dry-run prints
+the commands; --pilot R: R rounds, seed 0, no search;
 --parts / --algs narrow the grid and --samples shrinks the clients (pilots only).
 Each fit runs as its own process with one thread (--threads 1); --jobs N run at a time.
 """
@@ -38,12 +40,15 @@ ALGORITHMS = ["fedavg", "local", "fedavg_ft", "fedbn", "fedper", "fedrep", "ditt
 # each method's own hyper-parameter and the values searched (methods not listed have none to tune here)
 SEARCH = {"fedavg_ft": ("finetune_epochs", [1, 5]), "fedrep": ("head_epochs", [1, 5]), "ditto": ("lam", [0.1, 1.0]),
           "apfl": ("alpha", [0.25, 0.75]), "fedbcgd_personal": ("server_momentum", [0.0, 0.8])}
-SCALES = {"full": {"rounds": 50, "partitions": list(PARTITIONS)},
-          "reduced": {"rounds": 12, "partitions": ["dirichlet0.1"]}}
+# rounds per partition; "session" is what one 3-hour session on 2 cores holds (50 rounds where the earlier table had
+# 12, the other two partitions at 12) and reuses the kept ρ 0.1 search (--chosen) instead of searching again
+SCALES = {"full": {"rounds": dict.fromkeys(PARTITIONS, 50)},
+          "session": {"rounds": {"dirichlet0.1": 50, "dirichlet0.6": 12, "shards2": 12}},
+          "reduced": {"rounds": {"dirichlet0.1": 12}}}
 SEEDS, SEARCH_SEED = [0, 1, 2], 10
-# measured seconds of one FedAvg fit (one thread, 2 shared cores, 20 × 500 images, pval every round): start-up
-# (data, model) + rounds × per round; Ditto, APFL, FedRep (more epochs) and FedAvg-FT (fine-tuning) take longer
-START_S, ROUND_S = 40.0, 6.5
+# measured seconds of one fit (one thread, 2 shared cores, 20 × 500 images), averaged over the methods: start-up
+# (data, model) + rounds × per round; FedAvg is ~3.5 s a round, Ditto/APFL ~2×, FedAvg-FT adds ~60 s a fine-tune
+START_S, ROUND_S = 15.0, 5.5
 
 
 def command(out: Path, group: str, alg: str, seed: int, rounds: int, part: str, option=None, samples=500) -> list[str]:
@@ -51,7 +56,7 @@ def command(out: Path, group: str, alg: str, seed: int, rounds: int, part: str, 
     extra = ["--model.network.norm", "bn"] if alg == "fedbn" else []
     if option:
         extra += [f"--model.algorithm.{option[0]}", str(option[1])]
-    every = max(1, rounds // 10)
+    every = max(1, rounds // 5)  # five or six personal evaluations a fit (FedAvg-FT fine-tunes at each)
     return [FL, "fit", "--config", CONFIG, "--model.algorithm", alg, *extra, *PARTITIONS[part],
             "--data.samples_per_client", str(samples), "--trainer.max_epochs", str(rounds),
             "--trainer.check_val_every_n_epoch", str(rounds), "--model.personal_eval_every", str(every),
@@ -91,25 +96,27 @@ def main() -> int:
     parser.add_argument("--parts", nargs="+", choices=tuple(PARTITIONS), help="default: the scale's")
     parser.add_argument("--algs", nargs="+", choices=ALGORITHMS, default=ALGORITHMS)
     parser.add_argument("--samples", type=int, default=500, help="images per client (500; smaller for a pilot only)")
+    parser.add_argument("--chosen", type=Path, help="an earlier run's chosen.json: reuse its values, search no more; a "
+                        "partition it lacks takes the values chosen for dirichlet0.1")
     args = parser.parse_args()
     scale = dict(SCALES[args.scale])
-    args.parts = args.parts or scale["partitions"]
-    rounds = args.pilot or scale["rounds"]
-    search = [] if args.pilot else [(part, alg, value) for part in args.parts
-                                     for alg, (_, values) in SEARCH.items() if alg in args.algs for value in values]
+    args.parts = args.parts or list(scale["rounds"])
+    rounds = {part: args.pilot or scale["rounds"].get(part, max(scale["rounds"].values())) for part in args.parts}
+    reused = json.loads(args.chosen.read_text()) if args.chosen else None
+    search = [] if args.pilot or reused else [(part, alg, value) for part in args.parts for alg, (_, values)
+                                              in SEARCH.items() if alg in args.algs for value in values]
     seeds = [0] if args.pilot else SEEDS
-    main_count = len(args.parts) * len(args.algs) * len(seeds)
-    total = len(search) + main_count
-    estimate = total * (START_S + ROUND_S * rounds) / max(args.jobs, 1)
-    print(f"scale {args.scale if not args.pilot else 'pilot'}: {rounds} rounds; {len(search)} search fits + "
-          f"{main_count} fits; expected ~{estimate / 60:.0f} min with --jobs {args.jobs} "
-          f"(~{START_S + ROUND_S * rounds:.0f} s a fit on one thread)", flush=True)
+    fits = [(part, count) for part in args.parts for count in [len(args.algs) * len(seeds)]]
+    estimate = sum((START_S + ROUND_S * rounds[part]) * (count + sum(s[0] == part for s in search))
+                   for part, count in fits) / max(args.jobs, 1)
+    print(f"scale {args.scale if not args.pilot else 'pilot'}: rounds {rounds}; {len(search)} search fits + "
+          f"{sum(c for _, c in fits)} fits; expected ~{estimate / 60:.0f} min with --jobs {args.jobs}", flush=True)
     if not args.dry_run:  # a dry run prints the commands and writes nothing (it must not relabel a finished run)
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "scale.json").write_text(json.dumps({"scale": "pilot" if args.pilot else args.scale, "rounds": rounds,
                                                          "command": " ".join(sys.argv)}))
-    search_cmds = [command(args.out, "search", alg, SEARCH_SEED, rounds, part, (SEARCH[alg][0], value), args.samples)
-                   for part, alg, value in search]
+    search_cmds = [command(args.out, "search", alg, SEARCH_SEED, rounds[part], part, (SEARCH[alg][0], value),
+                           args.samples) for part, alg, value in search]
     if args.dry_run:
         for cmd in search_cmds:
             print(" ".join(cmd))
@@ -117,16 +124,21 @@ def main() -> int:
     chosen = {}
     for part in args.parts:
         for alg, (option, values) in SEARCH.items():
-            if args.pilot or args.dry_run:
+            if args.pilot or (args.dry_run and not reused):
                 chosen[(part, alg)] = (option, values[0])
+                continue
+            if reused:
+                chosen[(part, alg)] = tuple(reused.get(f"{part}/{alg}", reused[f"dirichlet0.1/{alg}"]))
                 continue
             scores = [final_pval(args.out / "search" / part / f"{alg},{option}={v},seed={SEARCH_SEED}")
                       for v in values]
             chosen[(part, alg)] = (option, values[scores.index(max(scores))])
     if not args.dry_run:
         (args.out / "chosen.json").write_text(json.dumps({f"{p}/{a}": list(v) for (p, a), v in chosen.items()}))
-    main_cmds = [command(args.out, "runs", alg, seed, rounds, part, chosen.get((part, alg)), args.samples)
-                 for part in args.parts for alg in args.algs for seed in seeds]
+    # seed-major within a partition, longest partitions first: a run cut short still has whole seeds
+    order = sorted(args.parts, key=lambda part: -rounds[part])
+    main_cmds = [command(args.out, "runs", alg, seed, rounds[part], part, chosen.get((part, alg)), args.samples)
+                 for part in order for seed in seeds for alg in args.algs]
     if args.dry_run:
         for cmd in main_cmds:
             print(" ".join(cmd))
