@@ -29,6 +29,8 @@ class CompressedUpload(FLCallback):
         codec: a ``fl_lightning.compression.codecs.Codec`` (TopK, RandK, QSGD) with its options.
     """
 
+    configures_messages = True
+
     def __init__(self, codec: Codec):
         if not isinstance(codec, Codec):
             raise ConfigError("CompressedUpload(codec=...)", f"needs a fl_lightning.compression.codecs.Codec (TopK, RandK, "

@@ -137,7 +137,7 @@ class FederatedModule(pl.LightningModule):
         self.global_vector: Optional[torch.Tensor] = None  # x^r, made with the server optimizer
         self.loop = None  # the round loop (fl_lightning.federation.loop), made when training starts
         self.client_state = None  # c_i, h_i, e_i of every client, on disk (fl_lightning.federation.client_state)
-        self.personal = None  # per-client evaluation, pval/* (fl_lightning.personalization)
+        self.round_evaluations: list = []  # evaluations logged after rounds, set by the assembly (e.g. pval/*)
         self.rounds = RoundLog(target_accuracy, target_metric, target_mode, target)  # rows, curve, upload at the target
         self.run_id: Optional[str] = None  # set by the CLI (fl_lightning.runs.identity); in every checkpoint
         self.prints_summary = True  # the one-line summary at the end of a Python-API fit (the CLI prints its own)
@@ -295,9 +295,10 @@ class FederatedModule(pl.LightningModule):
             self._eval_threads.enter(self.loop.runner)
             row.update(test_metrics(self.net, self.trainer))
             self._eval_threads.exit()
-        if self.personal is not None and self.personal.due(rounds, last):
-            row.update(self.personal.run(self.global_vector, self.current_epoch, self._lr,
-                                         self.trainer.log_dir if self.trainer.is_global_zero else None))
+        for evaluation in self.round_evaluations:  # evaluations the assembly added (e.g. pval/*): due(), run()
+            if evaluation.due(rounds, last):
+                row.update(evaluation.run(self.global_vector, self.current_epoch, self._lr,
+                                          self.trainer.log_dir if self.trainer.is_global_zero else None))
         if self.trainer.is_global_zero:  # the parts' own files (e.g. the clients' time line)
             for part in self.loop.parts().values():
                 for name, columns, rows in part.files():

@@ -173,7 +173,7 @@ def test_new_clients_never_train_and_are_evaluated_after_fine_tuning():
     assert len(new) == 2 and sampled.ids.isdisjoint(new) and len(sampled.ids) > 4  # only the other 6 trained
     assert float(rows[-1]["pval/clients"]) == 6 and float(rows[-1]["pval_new/clients"]) == 2
     # pval_new: x^r fine-tuned for local_epochs on each new client's data, by the evaluation's own fine_tune
-    evaluation = module.personal
+    evaluation, = module.round_evaluations
     expected = []
     for cid in new:
         vector = module.global_vector.clone()

@@ -54,7 +54,7 @@ def state_dir(trainer) -> str:
 
 
 def start_rounds(module) -> None:
-    """Sets ``module.client_state``, ``module.loop`` and ``module.personal`` for this fit."""
+    """Sets ``module.client_state``, ``module.loop`` and ``module.round_evaluations`` for this fit."""
     trainer, hp = module.trainer, module.hparams
     fl_callbacks = [cb for cb in trainer.callbacks if isinstance(cb, FLCallback)]
     grad_clip = hp.grad_clip if hp.grad_clip is not None else module.algorithm.default_grad_clip()
@@ -88,7 +88,7 @@ def start_rounds(module) -> None:
     if held_out is None and trainer.is_global_zero and any(hasattr(cb, "personalize") for cb in fl_callbacks):
         print(f"fl-lightning: {module.algorithm.name} keeps a personal model on each client, but no client holds "
               "data out: no personal metric (pval/*) will be logged; set data.personal_fraction (e.g. 0.2) for it")
-    module.personal = None if held_out is None else PersonalEvaluation(  # pval/*
+    module.round_evaluations = [] if held_out is None else [PersonalEvaluation(  # pval/*
         module.flat, module.local_loss, held_out.to(module.device), clients, module.client_state, fl_callbacks,
         trainer.datamodule.eval_transform, hp.batch_size, hp.lr, hp.personal_eval_every, hp.personal_eval_clients,
-        new, hp.local_epochs)
+        new, hp.local_epochs)]

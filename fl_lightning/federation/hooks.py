@@ -47,6 +47,9 @@ class FLCallback(pl.Callback):
     # False if its client hooks must not run for two clients at once (shared buffers, a counter):
     # with model.parallel_clients > 1 the loop then trains the clients one at a time, with one warning
     thread_safe: bool = True
+    # True if its configure_round only sizes the round's messages (a codec): an asynchronous schedule, which plans
+    # one client at a time outside a round, runs these and no other callback's configure_round
+    configures_messages: bool = False
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """Refuses to sit silently on a Trainer whose module runs no federated rounds."""

@@ -233,6 +233,31 @@ class FederatedLoop:
                            "model and the algorithm's state are unchanged this round")
 
     # -- what a schedule may call (fl_lightning.federation.seams.RoundSchedule) -------------
+    def task(self, client_id: int, seed: int, ranges: Optional[list[tuple[int, int]]] = None) -> ClientTask:
+        """One client's task outside a synchronous round: its upload ``ranges`` (default: the whole model)."""
+        return ClientTask(client_id, 0, seed, self.clients.num_samples(client_id),
+                          list(ranges or [(0, self.flat.numel)]), self.config.local_epochs)
+
+    def plan_one(self, step_idx: int, task: ClientTask) -> RoundContext:
+        """The plan of one task outside a synchronous round (the model update's channel only): the callbacks that
+        size messages (``configures_messages``, a codec) configure it; no other hook runs."""
+        plan = self.plan(step_idx, [task], {"delta": self.flat.numel})
+        for callback in self.callbacks:
+            if callback.configures_messages:
+                callback.configure_round(plan)
+        return plan
+
+    def new_sums(self) -> ReceivedSums:
+        """Empty sums of the model update's channel, where a schedule adds what arrived."""
+        return ReceivedSums({"delta": self.flat.numel}, self.global_vector.device)
+
+    def num_samples(self, client_id: int) -> int:
+        return self.clients.num_samples(client_id)
+
+    def restore_working_model(self) -> None:
+        """The working model holds x^r again (after a schedule trained clients on it)."""
+        self.flat.load(self.global_vector)
+
     def train(self, task: ClientTask, plan: RoundContext) -> tuple:
         """Trains one client on the loop's working model: (client, loss sum, logs)."""
         return self.local_trainer.run_client(task, plan)

@@ -125,7 +125,9 @@ class RoundSchedule(Part):
 
     def run(self, engine, round_idx: int) -> Optional[torch.Tensor]:
         """One epoch of training: the reporting clients' mean loss, or None if nobody reported. ``engine`` is
-        the loop (``plan``, ``train``, ``count_traffic``, ``step_server``, ``synchronous_round``)."""
+        the loop; its schedule interface: ``synchronous_round``, ``task``, ``plan``, ``plan_one``, ``train``,
+        ``new_sums``, ``count_traffic``, ``step_server``, ``num_samples``, ``restore_working_model``, ``blocks``
+        (docs/architecture.md, "The round's seams")."""
         return engine.synchronous_round(round_idx)
 
     def planned(self, plan: RoundContext) -> None:

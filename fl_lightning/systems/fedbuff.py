@@ -41,12 +41,10 @@ from typing import Optional
 import numpy as np
 import torch
 
-from fl_lightning.callbacks import CompressedUpload
-from fl_lightning.federation.messages import Part, Payload, ReceivedSums
+from fl_lightning.federation.messages import Part, Payload
 from fl_lightning.compression.codecs import Codec
 from fl_lightning.errors import ConfigError
 from fl_lightning.resolve import resolve_part
-from fl_lightning.federation.contexts import ClientTask
 from fl_lightning.federation.seams import RoundSchedule
 from fl_lightning.federation.seeding import Purpose, derive_seed
 from fl_lightning.systems.clock import TIMELINE_COLUMNS, TIMELINE_FILE, VirtualClock, timeline_rows
@@ -95,8 +93,8 @@ def resolve_asynchronous(value) -> Optional[Asynchronous]:
 
 class FedBuff(RoundSchedule):
     """The event queue and the server steps: a ``RoundSchedule`` whose ``run`` (one server step) replaces the
-    loop's synchronous round; it trains, counts and steps through the loop's schedule interface
-    (``plan``, ``train``, ``count_traffic``, ``step_server``)."""
+    loop's synchronous round; it uses the loop's schedule interface only (``task``, ``plan_one``, ``train``,
+    ``new_sums``, ``count_traffic``, ``step_server``, ``num_samples``, ``restore_working_model``, ``blocks``)."""
 
     def __init__(self, options: Asynchronous, population, batch_size: int):
         self.options, self.population, self.batch_size = options, population, batch_size
@@ -118,17 +116,13 @@ class FedBuff(RoundSchedule):
         return int(np.random.default_rng(derive_seed(ASYNC_STREAM, self.launched, Purpose.SAMPLING)).choice(ids))
 
     def _launch(self, loop, client_id: int) -> None:
-        k, blocks = self.launched, loop.blocks
-        ranges = [(0, loop.flat.numel)]
+        k, blocks, ranges = self.launched, loop.blocks, None
         if blocks is not None:
             n = blocks.num_blocks
             order = np.random.default_rng(derive_seed(ASYNC_STREAM, k // n, Purpose.BLOCK_ORDER)).permutation(n)
             ranges = blocks.upload_ranges(int(order[k % n]))
-        task = ClientTask(client_id, 0, derive_seed(ASYNC_STREAM, k, client_id), loop.clients.num_samples(client_id),
-                          list(ranges), loop.config.local_epochs)
-        plan = loop.plan(self.server_steps, [task], {"delta": loop.flat.numel})
-        for codec in (cb for cb in loop.callbacks if isinstance(cb, CompressedUpload)):
-            codec.configure_round(plan)  # a stateless codec: its sizes and segments only
+        task = loop.task(client_id, derive_seed(ASYNC_STREAM, k, client_id), ranges)
+        plan = loop.plan_one(self.server_steps, task)  # a stateless codec sizes it; no other hook runs
         client, loss_sum, _ = loop.train(task, plan)
         parts = [(p.channel, list(p.ranges), p.values().detach().clone()) for p in client.upload.parts]
         started = time.perf_counter()
@@ -156,7 +150,7 @@ class FedBuff(RoundSchedule):
         """K arrivals (launching a new client after each), then one server step; the arrivals' mean local loss."""
         started_s = self.clock.now_s
         self._fill(loop)
-        received = ReceivedSums({"delta": loop.flat.numel}, loop.global_vector.device)
+        received = loop.new_sums()
         loss = torch.zeros((), dtype=torch.float32)
         steps = torch.zeros((), dtype=torch.float32)
         uploads, downloads, taus, arrivals = [], [], [], []
@@ -180,8 +174,8 @@ class FedBuff(RoundSchedule):
         loop.step_server(step_idx, received)
         self.server_steps += 1
         self._fill(loop)  # the client launched at the K-th arrival starts from the model after this step
-        loop.flat.load(loop.global_vector)
-        self.timeline = self._timeline(step_idx, arrivals, loop.clients.num_samples)
+        loop.restore_working_model()
+        self.timeline = self._timeline(step_idx, arrivals, loop.num_samples)
         self.last = {"time/sim_s": self.clock.now_s, "time/sim_round_s": self.clock.now_s - started_s,
                      "sys/staleness_mean": float(np.mean(taus)), "sys/staleness_max": float(max(taus)),
                      "sys/in_flight": float(len(self.queue)),
