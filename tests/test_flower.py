@@ -95,16 +95,40 @@ def test_three_algorithms_on_flower_equal_the_simulation(federation, monkeypatch
         assert 0 < per_message < 8192
 
 
+def test_a_node_builds_the_servers_run_without_the_command_line(tmp_path):
+    """A SuperNode parses the run's config with the fit's own parser, not the command-line class: the same config
+    (its YAML byte for byte, so the same run id), the same model and data, registry names expanded."""
+    from fl_lightning.cli.lightning_cli import FederatedCLI
+    from fl_lightning.deploy.node import data_summary
+    from fl_lightning.deploy.run_config import build_run
+    from fl_lightning.runs.identity import run_id
+
+    (tmp_path / "run.yaml").write_text(CONFIG.replace("  lr: 0.1\n", "  lr: 0.1\n  algorithm: fedbcgd\n"
+                                                      "  compression: topk\n"))
+    options = ["--model.algorithm.num_blocks", "2"]
+    server = FederatedCLI(args=["--config", str(tmp_path / "run.yaml"), *options], run=False)
+    node = build_run(str(tmp_path / "run.yaml"), options)
+    assert node.parser.dump(node.config) == server.parser.dump(server.config)
+    assert run_id(node.config.as_dict()) == run_id(server.config.as_dict())
+    assert (node.model.algorithm.name, type(node.model.codec).__name__) == ("fedbcgd", "TopK")
+    assert node.model.algorithm.num_blocks == 2 and node.config.model.network.init_args.num_classes == 10
+    assert data_summary(node, 1) == data_summary(server, 1)
+    assert not (tmp_path / "runs").exists() and not hasattr(sys.modules["fl_lightning.deploy.node"], "FederatedCLI")
+    from fl_lightning.errors import FLUserError
+    with pytest.raises(FLUserError, match=r"^model.lr: must be > 0, got -1.0"):
+        build_run(str(tmp_path / "run.yaml"), ["--model.lr", "-1"])
+
+
 def test_a_node_outside_the_config_answers_one_line_and_keeps_nothing(tmp_path):
     """A SuperNode started with a partition id the config does not have: its answer to the join is the one line
     the server prints before anything is written (exit code 2), and the node keeps nothing of that run."""
     from fl_lightning.deploy import wire
-    from fl_lightning.deploy.node import build
+    from fl_lightning.cli.lightning_cli import FederatedCLI
     from fl_lightning.deploy.worker import Worker
     from fl_lightning.runs.identity import run_id
 
     (tmp_path / "server.yaml").write_text(CONFIG)
-    server = build(str(tmp_path / "server.yaml"))
+    server = FederatedCLI(args=["--config", str(tmp_path / "server.yaml")], run=False)
     request = {"run_id": run_id(server.config.as_dict()), "config": server.parser.dump(server.config), "fresh": True}
     header, body = Worker(str(tmp_path / "node"), 3, None).handle({"kind": "join"}, wire.to_bytes(request))
     assert header == {"error": "partition-id: 3 is outside this run's clients 0..2 (data.num_clients 3); start the "
@@ -115,13 +139,14 @@ def test_a_node_outside_the_config_answers_one_line_and_keeps_nothing(tmp_path):
 def test_a_node_with_another_config_or_other_data_is_named_in_one_line(tmp_path):
     """The node's own config must be the server's run (its run id), its data the run's shape and classes."""
     from fl_lightning.deploy.join import Membership, mismatch
-    from fl_lightning.deploy.node import build, data_summary
+    from fl_lightning.deploy.node import data_summary
+    from fl_lightning.cli.lightning_cli import FederatedCLI
     from fl_lightning.deploy.worker import Worker
     from fl_lightning.runs.identity import run_id
 
     (tmp_path / "server.yaml").write_text(CONFIG)
     (tmp_path / "node.yaml").write_text(CONFIG.replace("lr: 0.1", "lr: 0.2"))
-    server = build(str(tmp_path / "server.yaml"))
+    server = FederatedCLI(args=["--config", str(tmp_path / "server.yaml")], run=False)
     request = {"run_id": run_id(server.config.as_dict()), "config": server.parser.dump(server.config), "fresh": True}
     membership = Membership(None, request["run_id"], request["config"], data_summary(server), fresh=True)
     answer = Worker(str(tmp_path / "node"), 1, str(tmp_path / "node.yaml")).join(request)

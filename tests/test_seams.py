@@ -108,3 +108,37 @@ def test_default_parts_are_uniform_serial_synchronous(tmp_path):
                                                                      "RoundSchedule"]
     assert fed.loop.sample_clients(0) == fed.loop.sample_clients(0) and len(fed.loop.sample_clients(0)) == 2
     assert fed.loop.metrics() == {} and fed.loop.state_dict() == {}
+
+
+def test_a_runner_registered_by_name_trains_a_real_fit(tmp_path, capsys):
+    """``@RUNNERS.register("name")`` is all a runner needs to be ``--model.client_runner name`` in a fit; an unknown
+    name is one line naming the registered ones."""
+    import csv
+
+    from fl_lightning.cli import main
+    from fl_lightning.federation.seams import RUNNERS
+
+    seen = []
+
+    @RUNNERS.register("recording")
+    class Named(SerialRunner):
+        def run(self, positions, plan):
+            for position, result in super().run(positions, plan):
+                seen.append((plan.round, result[0].client_id))
+                yield position, result
+
+    args = ["fit", "--model.network", "fl_lightning.models.MLP", "--data.dataset", "digits", "--data.num_clients",
+            "4", "--model.clients_per_round", "2", "--trainer.max_epochs", "2", "--trainer.enable_progress_bar",
+            "false", "--trainer.logger.init_args.save_dir", str(tmp_path)]
+    try:
+        assert main([*args, "--model.client_runner", "recording", "--trainer.logger.init_args.name", "own"]) in (0, None)
+        assert main([*args, "--trainer.logger.init_args.name", "serial"]) in (0, None)
+    finally:
+        del RUNNERS["recording"]
+    assert [r for r, _ in seen] == [0, 0, 1, 1]
+    rows = {name: list(csv.DictReader(open(next((tmp_path / name).rglob("metrics.csv")))))
+            for name in ("own", "serial")}
+    assert [r["train/loss"] for r in rows["own"]] == [r["train/loss"] for r in rows["serial"]]
+    assert main([*args, "--model.client_runner", "recording"]) == 2
+    assert capsys.readouterr().err.strip().endswith("model.client_runner: got 'recording'; choose one of serial, "
+                                                    "threads, batched")

@@ -10,6 +10,7 @@ import importlib
 from typing import Optional
 
 import yaml
+from jsonargparse import set_loader
 
 from fl_lightning.algorithms import REGISTRY, get
 from fl_lightning.compression import CODECS
@@ -189,6 +190,9 @@ def load_yaml(text: str):
     if isinstance(data, dict) and isinstance(data.get("model"), dict):
         expand_model_section(data["model"])
     return data
+
+
+set_loader("fl_yaml", load_yaml, exceptions=(yaml.YAMLError,))  # parser_mode "fl_yaml": the command's and a node's
 
 
 def algorithm_name(algorithm, compression=None) -> str:

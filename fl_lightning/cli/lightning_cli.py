@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 import yaml
-from jsonargparse import Namespace, set_loader
+from jsonargparse import Namespace
 from pytorch_lightning.callbacks import ProgressBar
 from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
 from pytorch_lightning.loggers import WandbLogger
@@ -27,7 +27,7 @@ from lightning_fabric.utilities.exceptions import MisconfigurationException
 from fl_lightning.algorithms import algorithms_with
 from fl_lightning.compression import CODECS
 from fl_lightning.algorithms.describe import fit_description
-from fl_lightning.algorithms.names import algorithm_name, class_path, expand_args, import_class, load_yaml
+from fl_lightning.algorithms.names import algorithm_name, class_path, expand_args, import_class
 from fl_lightning.federation.blocks import partition_for
 from fl_lightning.runs.checkpoint_io import refuse_before_algorithm_objects
 from fl_lightning.data.datamodule import FederatedDataModule
@@ -40,20 +40,13 @@ from fl_lightning.runs.identity import ID_LINE, TAKES_EFFECT_AT_RESUME, names_it
 from fl_lightning.runs.resumed_folder import continue_in_checkpoint_folder, go_on_in
 from fl_lightning.models.sizing import size_network_by_data
 from fl_lightning.module import FederatedModule
+from fl_lightning.runs.defaults import TRAINER_DEFAULTS
 from fl_lightning.runs.files import run_dirs
 from fl_lightning.runs.progress import RoundProgressBar
 from fl_lightning.federation.threads import Threads, record_line
 from fl_lightning.runs.python_api import summary
 from fl_lightning.cli.checkpoints import check_checkpoint, check_same_network, newest_checkpoint
 from fl_lightning.privacy.callback import check_before_fit as check_privacy_fit, check_checkpoint as check_privacy_checkpoint
-
-TRAINER_DEFAULTS = {
-    "max_epochs": 30,  # = communication rounds
-    "num_sanity_val_steps": 0,
-    "log_every_n_steps": 1,
-    "logger": {"class_path": "pytorch_lightning.loggers.CSVLogger", "init_args": {"save_dir": "runs", "name": "fl"}},
-}
-
 
 def check_before_any_directory(trainer) -> None:
     """Trainer settings that would fail only after the run directory exists: zero rounds, a logger
@@ -146,9 +139,6 @@ def check_wandb_credentials() -> None:
         pass
     raise ConfigError("trainer.logger", "WandbLogger has no W&B API key on this machine: run `wandb login`, or set "
                       "WANDB_MODE=offline to write the run locally (wandb sync uploads it later)")
-
-
-set_loader("fl_yaml", load_yaml, exceptions=(yaml.YAMLError,))  # YAML, with algorithm/codec names expanded
 
 
 class FederatedCLI(LightningCLI):

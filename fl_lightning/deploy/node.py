@@ -22,13 +22,13 @@ from typing import Optional
 import torch
 
 from fl_lightning.callbacks.base import FLCallback
-from fl_lightning.cli.lightning_cli import FederatedCLI
 from fl_lightning.deploy import wire
 from fl_lightning.errors import ConfigError
 from fl_lightning.federation.client_state import ClientStateStore
 from fl_lightning.federation.contexts import RoundContext, RoundPlanner
 from fl_lightning.federation.local_training import LocalConfig, LocalTrainer, call_hook
 from fl_lightning.federation.memory_format import set_channels_last
+from fl_lightning.deploy.run_config import RunObjects, build_run
 from fl_lightning.runs.identity import run_id
 
 STORE_FILE = "store.pt"
@@ -45,14 +45,10 @@ class DerivedSums:
         self.records.append((channel, values.detach().to("cpu").reshape(-1).clone()))
 
 
-def build(config_path: str, overrides: Optional[list[str]] = None) -> FederatedCLI:
-    """The run's objects from its config, without fitting (as ``fl-lightning blocks`` builds them)."""
-    return FederatedCLI(args=["--config", config_path, *(overrides or [])], run=False)
-
-
-def data_summary(cli: FederatedCLI, client: Optional[int] = None) -> dict:
-    """Input shape and classes of the data (of one client's partition if given): checked between node and server."""
-    data = cli.datamodule
+def data_summary(run: RunObjects, client: Optional[int] = None) -> dict:
+    """Input shape and classes of the data (of one client's partition if given): checked between node and server.
+    ``run``: anything with the run's ``datamodule`` (the node's RunObjects, the server's command line)."""
+    data = run.datamodule
     data.setup("fit")
     x, y = data.clients.of(client) if client is not None else (data.clients.x, data.clients.y)
     return {"shape": list(x.shape[1:]), "num_classes": int(data.num_classes), "max_label": int(y.max()) if len(y) else -1,
@@ -69,16 +65,16 @@ class NodeSession:
 
     def __init__(self, directory: str, partition_id: int, fresh: bool):
         self.directory, self.partition_id = directory, partition_id
-        cli = build(os.path.join(directory, "config.yaml"))
-        self.run_id = run_id(cli.config.as_dict())
-        self.summary = data_summary(cli, None)
+        run = build_run(os.path.join(directory, "config.yaml"))  # the server's config, without the command line
+        self.run_id = run_id(run.config.as_dict())
+        self.summary = data_summary(run, None)
         num_clients = self.summary["num_clients"]
         if not 0 <= partition_id < num_clients:
             raise ConfigError("partition-id", f"{partition_id} is outside this run's clients 0..{num_clients - 1} "
                               f"(data.num_clients {num_clients}); start the SuperNode with --node-config "
                               f"'partition-id=N' for 0 ≤ N < {num_clients}")
-        self.summary.update(data_summary(cli, partition_id), num_clients=num_clients)
-        module, data = cli.model, cli.datamodule
+        self.summary.update(data_summary(run, partition_id), num_clients=num_clients)
+        module, data = run.model, run.datamodule
         hp = module.hparams
         set_channels_last(module.net, hp.channels_last if hp.channels_last is not None else
                           any(isinstance(m, torch.nn.Conv2d) for m in module.net.modules()))

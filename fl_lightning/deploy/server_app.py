@@ -61,11 +61,12 @@ def check_deployable(cli) -> None:
 def configured(fit_args: list[str]):
     """The run's objects built from its fit options (no fit) and checked deployable; and whether it resumes."""
     from fl_lightning.cli import check_config_files, thread_option
-    from fl_lightning.deploy.node import build
+    from fl_lightning.cli.lightning_cli import FederatedCLI
 
     check_config_files(fit_args)
     options, resume = _without_fit_only(thread_option(["fit", *fit_args])[1:])
-    cli = build(options[options.index("--config") + 1], options[options.index("--config") + 2:])
+    config = options.index("--config")
+    cli = FederatedCLI(args=options[config:], run=False)  # the server runs the command's fit: its objects, unfitted
     check_deployable(cli)
     return cli, resume
 

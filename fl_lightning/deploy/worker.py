@@ -24,7 +24,8 @@ import traceback
 import torch
 
 from fl_lightning.deploy import framing, wire
-from fl_lightning.deploy.node import NodeSession, build
+from fl_lightning.deploy.node import NodeSession
+from fl_lightning.deploy.run_config import build_run
 from fl_lightning.errors import FLUserError
 from fl_lightning.runs.identity import run_id
 
@@ -69,7 +70,7 @@ class Worker:
                 shutil.rmtree(directory)
             raise
         self.sessions[request["run_id"]] = session
-        own = run_id(build(self.own_config).config.as_dict()) if self.own_config else session.run_id
+        own = run_id(build_run(self.own_config).config.as_dict()) if self.own_config else session.run_id
         log(f"joined run {request['run_id']} as partition {self.partition_id} ({'fresh' if request['fresh'] else 'resumed'})")
         return {"partition_id": self.partition_id, "run_id": own, **session.summary}
 
