@@ -14,10 +14,12 @@ Two phases per setting and profile:
    Every arm is then compared at B: the last evaluation at or before it.
 
   python docs/systems/run_budget.py OUT --scale reduced --jobs 2      # ~40 min on 2 cores
+  python docs/systems/run_budget.py OUT --scale session --jobs 2     # CIFAR-10 only, ~35 min on 2 free cores
   python docs/systems/run_budget.py OUT --scale full --jobs 16
   python docs/systems/summarise_budget.py OUT                          # markdown tables
 
 --scale full: CIFAR 100 clients × 500 images, R = 100; convex R = 150; all modes and arms.
+session: CIFAR only, 100 × 500 images, R = 30, wait only, FedAvg/FedBCGD±momentum, val every 3 rounds.
 reduced: CIFAR 100 clients × 100 images (data shrunk too: 2 cores), R = 10, wait only, FedAvg/FedBCGD±momentum/
 FedPAQ — its CIFAR targets are out of reach at this budget; convex R = 60 (rounds shrunk), wait and FedBuff,
 FedAvg/FedBCGD±momentum/FedPAQ (fits' start-up, ~30-40 s each, leaves 2 cores no room for more in ~40 min). --pilot R: R rounds, seed 0; --settings/--profiles/--modes narrow; --dry-run prints phase 2 as if
@@ -52,7 +54,11 @@ SCALES = {
                                    "arms": ["fedavg", "fedbcgd", "fedbcgd_m0", "fedpaq"], "cost": (40.0, 2.0)},
                 "convex_mnist_logreg": {"rounds": 60, "args": [], "modes": ("wait", "fedbuff"),
                                         "arms": ["fedavg", "fedbcgd", "fedbcgd_m0", "fedpaq"],
-                                        "cost": (30.0, 0.3)}}}
+                                        "cost": (30.0, 0.3)}},
+    # what one session on 2 cores holds of the CIFAR part: the full data (100 × 500 images), 30 FedAvg rounds (to
+    # ~37 %, past both targets), wait-for-all, FedAvg and FedBCGD with and without server momentum
+    "session": {"cifar10_lenet5": {"rounds": 30, "args": [], "modes": ("wait",), "arms": ["fedavg", "fedbcgd", "fedbcgd_m0"],
+                                   "cost": (15.0, 8.0), "val_every": 3}}}
 # "cost": measured seconds of one fit on one thread (2 shared cores): start-up, per round (FedAvg, wait)
 VAL_EVERY = {"cifar10_lenet5": {"wait": 2, "deadline": 2, "fedbuff": 10},
              "convex_mnist_logreg": {"wait": 1, "deadline": 1, "fedbuff": 4}}
@@ -72,7 +78,8 @@ def mode_args(mode: str, deadline: float) -> list[str]:
 
 def command(out, setting, spec, profile, mode, arm, seed, rounds=None, budget=None, deadline=0.0) -> list[str]:
     cmd = [FL, "fit", "--config", f"configs/experiments/{setting}.yaml", *ARMS[arm], "--model.system", profile,
-           *mode_args(mode, deadline), *spec["args"], "--trainer.check_val_every_n_epoch", str(VAL_EVERY[setting][mode]),
+           *mode_args(mode, deadline), *spec["args"], "--trainer.check_val_every_n_epoch",
+           str(spec.get("val_every", VAL_EVERY[setting][mode])),
            "--model.max_upload_d", "100000", "--seed_everything", str(seed), "--threads", "1",
            "--trainer.logger.init_args.save_dir", str(out / setting / profile),
            "--trainer.logger.init_args.name", mode, "--trainer.logger.init_args.version", f"{arm},seed={seed}"]
@@ -116,12 +123,13 @@ def main() -> int:
     parser.add_argument("--scale", choices=tuple(SCALES), default="reduced")
     parser.add_argument("--jobs", type=int, default=2, help="fits at a time, one thread each")
     parser.add_argument("--pilot", type=int, help="R rounds, seed 0 (a check that it runs)")
-    parser.add_argument("--settings", nargs="+", choices=tuple(SCALES["full"]), default=list(SCALES["full"]))
+    parser.add_argument("--settings", nargs="+", choices=tuple(SCALES["full"]), help="default: the scale's")
     parser.add_argument("--profiles", nargs="+", choices=PROFILES, default=list(PROFILES))
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args()
     seeds = (0,) if args.pilot else SEEDS
+    args.settings = args.settings or list(SCALES[args.scale])
     specs = {s: dict(SCALES[args.scale][s], rounds=args.pilot or SCALES[args.scale][s]["rounds"]) for s in args.settings}
     arms = {s: [(mode, arm) for mode in spec["modes"] if mode in args.modes for arm in spec["arms"]
                 if not (mode == "fedbuff" and arm == "fedbcgd_plus") and not (mode == "wait" and arm == "fedavg")]
