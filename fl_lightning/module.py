@@ -88,6 +88,10 @@ class FederatedModule(pl.LightningModule):
         client_runner: ``serial`` (one client at a time; K at a time with parallel_clients), ``threads`` (the same),
             or ``batched``: B clients as one batched model (fl_lightning.federation.batched; for GPUs).
         cohort_size: B, clients per batched step with client_runner batched; unset: chosen from memory.
+        sampler: who is asked each round, by its registered name (fl_lightning.federation.seams.SAMPLERS):
+            ``uniform`` (S of M without replacement; the default) or ``poisson`` (each client with probability
+            S/M), or one of your own (``@SAMPLERS.register("name")``); with model.system the available clients
+            and with model.privacy's sampling its own are sampled instead, so leave it unset there.
         channels_last: lay image batches out channels-last (fl_lightning.federation.memory_format); None: for conv networks
             on the CPU, where it is faster.
         system: simulate clients' compute, network and availability on a virtual clock (fl_lightning.systems):
@@ -123,7 +127,7 @@ class FederatedModule(pl.LightningModule):
                  local_trainer: Optional[dict] = None, personal_eval_every: Optional[int] = None,
                  personal_eval_clients: Optional[int] = None, personal_new_clients: Optional[int] = None,
                  asynchronous: Union[Asynchronous, str, None] = None, client_runner: str = "serial",
-                 cohort_size: Optional[int] = None):
+                 cohort_size: Optional[int] = None, sampler: Optional[str] = None):
         super().__init__()
         self.save_hyperparameters(ignore=["network", "server_optimizer", "algorithm", "compression", "system",
                                           "round_policy", "privacy", "local_trainer", "asynchronous"])

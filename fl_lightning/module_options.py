@@ -14,6 +14,7 @@ from fl_lightning.federation.evaluation import evaluates_itself
 from fl_lightning.federation.parallel import check_parallel_clients
 from fl_lightning.federation.batched import check_batched
 from fl_lightning.federation.runners import RUNNERS
+from fl_lightning.federation.seams import SAMPLERS
 from fl_lightning.federation.trainer_path import local_trainer_options
 from fl_lightning.federation.user_module import is_lightning, network_optimizer_settings
 from fl_lightning.personalization.evaluation import check_new_clients, check_schedule
@@ -73,6 +74,8 @@ def check_module_options(hp) -> None:
     for field in ("lr", "lr_decay", "max_upload_d", "eval_every_d", "grad_clip"):
         if hp.get(field) is not None and not hp[field] > 0:
             raise ConfigError(f"model.{field}", f"must be > 0, got {hp[field]}")
+    if hp.get("sampler") is not None and hp["sampler"] not in SAMPLERS:
+        raise ConfigError("model.sampler", f"got {hp['sampler']!r}; choose one of {', '.join(SAMPLERS)}")
     if hp.get("client_runner", "serial") not in RUNNERS:
         raise ConfigError("model.client_runner", f"got {hp['client_runner']!r}; choose one of {', '.join(RUNNERS)}")
     if hp["weight_decay"] < 0:
@@ -181,6 +184,10 @@ def settle_options(module, network, algorithm, compression, system, round_policy
     check_new_clients(hp.personal_new_clients, module.system, module.privacy)
     module.asynchronous = resolve_asynchronous(asynchronous)  # FedBuff; None: synchronous rounds
     check_asynchronous(module)
+    if hp.get("sampler") is not None and (module.system is not None or module.privacy is not None):
+        owner = "model.system samples the available clients" if module.system is not None else \
+            "model.privacy samples by its own option (model.privacy.sampling)"
+        raise ConfigError("model.sampler", f"{owner}; leave model.sampler unset")
     if module.privacy is not None:
         check_privacy(module.privacy, module.algorithm.name, hp.weighted_aggregation, module.codec,
                       getattr(module.algorithm, "rule", "spec"))

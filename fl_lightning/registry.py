@@ -1,8 +1,7 @@
 """``Registry``: names to things, filled by one decorator where each thing is defined (as timm's
-``register_model``): codecs (``fl_lightning.compression.CODECS``), data sets (``fl_lightning.data.DATASETS``), models
-(``fl_lightning.models.MODELS``), client runners (``fl_lightning.federation.runners.RUNNERS``), system profiles
-(``fl_lightning.systems.PROFILES``, with ``add``);
-algorithms register with their summary through ``fl_lightning.algorithms.register``. A new one is its file
+``register_model``): codecs (``fl_lightning.compression.CODECS``), data sets (``fl_lightning.data.DATASETS``),
+models (``fl_lightning.models.MODELS``), client runners and samplers (``fl_lightning.federation.seams.RUNNERS``,
+``SAMPLERS``), system profiles (``fl_lightning.systems.PROFILES``, with ``add``); algorithms register with their summary through ``fl_lightning.algorithms.register``. A new one is its file
 plus its decorator; listings and the docs check (tests/test_docs.py) read the registry."""
 from __future__ import annotations
 

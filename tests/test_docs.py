@@ -110,12 +110,13 @@ def test_a_documented_command_parses(shown, args, error, monkeypatch, capsys, wa
 def test_the_docs_name_every_registered_algorithm_codec_data_set_model_runner_and_profile():
     """A new algorithm, codec, data set, model, client runner or system profile is its file plus its registration;
     the docs must list it (no hand-kept list in the code): docs/algorithms.md every algorithm and codec,
-    docs/command_line.md every data set and client runner, docs/models_and_data.md every model, docs/systems.md every
+    docs/command_line.md every data set, client runner and sampler, docs/models_and_data.md every model, docs/systems.md every
     profile."""
     from fl_lightning.algorithms.names import REGISTRY
     from fl_lightning.compression import CODECS
     from fl_lightning.data import DATASETS
     from fl_lightning.federation.runners import RUNNERS
+    from fl_lightning.federation.seams import SAMPLERS
     from fl_lightning.models import MODELS
     from fl_lightning.systems import PROFILES
 
@@ -126,6 +127,8 @@ def test_the_docs_name_every_registered_algorithm_codec_data_set_model_runner_an
     assert [n for n in DATASETS if f"`{n}`" not in dataset_row] == []
     runner_row = next(line for line in options.splitlines() if line.startswith("| `--model.client_runner`"))
     assert [n for n in RUNNERS if f"`{n}`" not in runner_row] == []
+    sampler_row = next(line for line in options.splitlines() if line.startswith("| `--model.sampler`"))
+    assert [n for n in SAMPLERS if f"`{n}`" not in sampler_row] == []
     models = (ROOT / "docs" / "models_and_data.md").read_text()
     assert [n for n in MODELS if f"`{n}`" not in models] == []
     systems = (ROOT / "docs" / "systems.md").read_text()

@@ -9,14 +9,15 @@ from fl_lightning.federation.seams import RoundSchedule, Sampler, SerialRunner
 
 
 class RoundRobin(Sampler):
-    """Clients in turn, ``per_round`` at a time; its cursor is its state."""
+    """Clients in turn, ``per_round`` at a time, skipping those held out of training; its cursor is its state."""
 
-    def __init__(self, num_clients: int, per_round: int):
-        self.num_clients, self.per_round, self.next = num_clients, per_round, 0
+    def __init__(self, num_clients: int, per_round: int, excluded=()):
+        self.order = [c for c in range(num_clients) if c not in set(excluded)]
+        self.per_round, self.next = per_round, 0
 
     def sample(self, round_idx, rng):
-        chosen = [(self.next + i) % self.num_clients for i in range(self.per_round)]
-        self.next = (self.next + self.per_round) % self.num_clients
+        chosen = [self.order[(self.next + i) % len(self.order)] for i in range(self.per_round)]
+        self.next = (self.next + self.per_round) % len(self.order)
         return sorted(chosen)
 
     def state_dict(self):
@@ -142,3 +143,38 @@ def test_a_runner_registered_by_name_trains_a_real_fit(tmp_path, capsys):
     assert main([*args, "--model.client_runner", "recording"]) == 2
     assert capsys.readouterr().err.strip().endswith("model.client_runner: got 'recording'; choose one of serial, "
                                                     "threads, batched")
+
+
+def test_a_sampler_registered_by_name_chooses_a_real_fits_clients(tmp_path, capsys):
+    """``@SAMPLERS.register("name")`` makes ``--model.sampler name``: RoundRobin (above, written from the docs) picks
+    clients 0-1, 2-3, 0-1 in a real fit; ``poisson`` by name draws cohorts of varying size with q = S/M; a sampler
+    with a simulated system is one line, exit 2."""
+    from fl_lightning.callbacks import FLCallback
+    from fl_lightning.cli import main
+    from fl_lightning.federation.seams import SAMPLERS
+
+    class Cohorts(FLCallback):
+        def __init__(self):
+            self.rounds = []
+
+        def configure_round(self, round):
+            self.rounds.append([client.client_id for client in round.clients])
+
+    SAMPLERS.register("round_robin")(RoundRobin)
+    args = ["fit", "--model.network", "fl_lightning.models.MLP", "--data.dataset", "digits", "--data.num_clients",
+            "4", "--model.clients_per_round", "2", "--trainer.enable_progress_bar", "false",
+            "--trainer.logger.init_args.save_dir", str(tmp_path)]
+    seen = {}
+    try:
+        for name, rounds in (("round_robin", 3), ("poisson", 12)):
+            seen[name] = Cohorts()
+            assert main([*args, "--model.sampler", name, "--trainer.max_epochs", str(rounds),
+                         "--trainer.logger.init_args.name", name], callbacks=[seen[name]]) in (0, None)
+    finally:
+        del SAMPLERS["round_robin"]
+    assert seen["round_robin"].rounds == [[0, 1], [2, 3], [0, 1]]
+    sizes = [len(r) for r in seen["poisson"].rounds]
+    assert len(set(sizes)) > 1 and all(r == sorted(set(r)) for r in seen["poisson"].rounds)
+    assert main([*args, "--model.sampler", "poisson", "--model.system", "uniform"]) == 2
+    assert capsys.readouterr().err.strip().endswith("model.sampler: model.system samples the available clients; "
+                                                    "leave model.sampler unset")

@@ -12,7 +12,7 @@ from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.federation.client_state import open_store
 from fl_lightning.federation.loop import FederatedLoop, LocalConfig
 from fl_lightning.federation.runners import runner_for
-from fl_lightning.federation.seams import PoissonSampler, RoundSchedule, Sampler, UniformSampler
+from fl_lightning.federation.seams import SAMPLERS, PoissonSampler, RoundSchedule, Sampler, UniformSampler
 from fl_lightning.runs.files import run_folder
 from fl_lightning.personalization.evaluation import PersonalEvaluation, new_client_ids
 from fl_lightning.systems import RoundPolicy, RoundSimulator
@@ -23,7 +23,8 @@ from fl_lightning.systems.fedbuff import FedBuff
 def round_parts(module, num_clients: int, excluded: tuple) -> tuple[Sampler, RoundSchedule]:
     """The sampler and the schedule the options choose: with model.system the round simulator (availability-aware
     sampling, the round policy) or FedBuff's event queue; with model.privacy's Poisson sampling each client with
-    probability q = S/M; else S of M uniformly, never a client held out of training (pval_new/*)."""
+    probability q = S/M; else model.sampler by name (default: S of M uniformly, never a client held out of training,
+    pval_new/*)."""
     per_round = module.hparams.clients_per_round
     if module.system is not None:
         population = module.system.population(num_clients)
@@ -36,7 +37,8 @@ def round_parts(module, num_clients: int, excluded: tuple) -> tuple[Sampler, Rou
                 else UniformSampler(num_clients, per_round)), schedule
     if module.privacy is not None and module.privacy.sampling == "poisson":
         return PoissonSampler(num_clients, per_round / num_clients), RoundSchedule()
-    return UniformSampler(num_clients, per_round, excluded), RoundSchedule()
+    return SAMPLERS[module.hparams.get("sampler") or "uniform"].from_options(num_clients, per_round, excluded), \
+        RoundSchedule()
 
 
 def restored_parts(restored: dict) -> dict:

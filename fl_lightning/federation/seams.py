@@ -23,10 +23,12 @@ import torch
 
 from fl_lightning.federation.contexts import RoundContext
 from fl_lightning.federation.local_training import LocalTrainer, call_hook
+from fl_lightning.errors import ConfigError
 from fl_lightning.registry import Registry
 
 Trained = tuple[int, tuple]  # (position, (ClientContext, loss sum, RecordedLogs))
 RUNNERS = Registry("client runner")  # model.client_runner: name → ClientRunner class (``@RUNNERS.register(name)``)
+SAMPLERS = Registry("sampler")  # model.sampler: name → Sampler class (``@SAMPLERS.register(name)``)
 
 
 class Part:
@@ -60,7 +62,14 @@ class Sampler(Part):
     def sample(self, round_idx: int, rng: np.random.Generator) -> list[int]:
         raise NotImplementedError
 
+    @classmethod
+    def from_options(cls, num_clients: int, per_round: int, excluded: tuple) -> "Sampler":
+        """The sampler ``model.sampler NAME`` builds: M clients, S = ``model.clients_per_round``, never one of
+        ``excluded`` (clients held out of training)."""
+        return cls(num_clients, per_round, excluded)
 
+
+@SAMPLERS.register("uniform")
 class UniformSampler(Sampler):
     """S of M clients without replacement, never one of ``excluded`` (clients held out of training)."""
 
@@ -74,13 +83,22 @@ class UniformSampler(Sampler):
         return sorted(rng.choice(self.num_clients, self.per_round, replace=False).tolist())
 
 
+@SAMPLERS.register("poisson")
 class PoissonSampler(Sampler):
-    """Each client independently with probability q (client-level DP's amplification by sampling)."""
+    """Each client independently with probability q (client-level DP's amplification by sampling); by name,
+    q = S/M (S clients a round on average)."""
 
     releases_every_round = True
 
     def __init__(self, num_clients: int, rate: float):
         self.num_clients, self.poisson_rate = num_clients, rate
+
+    @classmethod
+    def from_options(cls, num_clients: int, per_round: int, excluded: tuple) -> Sampler:
+        if excluded:
+            raise ConfigError("model.sampler", "poisson may draw any client, so none can be held out of training; "
+                              "leave model.personal_new_clients unset, or use model.sampler uniform")
+        return cls(num_clients, per_round / num_clients)
 
     def sample(self, round_idx: int, rng: np.random.Generator) -> list[int]:
         return np.flatnonzero(rng.random(self.num_clients) < self.poisson_rate).tolist()
