@@ -92,6 +92,10 @@ class FederatedModule(pl.LightningModule):
             ``uniform`` (S of M without replacement; the default) or ``poisson`` (each client with probability
             S/M), or one of your own (``@SAMPLERS.register("name")``); with model.system the available clients
             and with model.privacy's sampling its own are sampled instead, so leave it unset there.
+        schedule: when the server steps, by its registered name (fl_lightning.federation.seams.SCHEDULES):
+            ``synchronous``, ``simulated`` (rounds on model.system's clock, model.round_policy), ``fedbuff`` (as
+            model.asynchronous fedbuff), or one of your own (``@SCHEDULES.register("name")``); unset: the one the
+            system options imply (synchronous without model.system).
         channels_last: lay image batches out channels-last (fl_lightning.federation.memory_format); None: for conv networks
             on the CPU, where it is faster.
         system: simulate clients' compute, network and availability on a virtual clock (fl_lightning.systems):
@@ -127,7 +131,7 @@ class FederatedModule(pl.LightningModule):
                  local_trainer: Optional[dict] = None, personal_eval_every: Optional[int] = None,
                  personal_eval_clients: Optional[int] = None, personal_new_clients: Optional[int] = None,
                  asynchronous: Union[Asynchronous, str, None] = None, client_runner: str = "serial",
-                 cohort_size: Optional[int] = None, sampler: Optional[str] = None):
+                 cohort_size: Optional[int] = None, sampler: Optional[str] = None, schedule: Optional[str] = None):
         super().__init__()
         self.save_hyperparameters(ignore=["network", "server_optimizer", "algorithm", "compression", "system",
                                           "round_policy", "privacy", "local_trainer", "asynchronous"])

@@ -107,17 +107,19 @@ def test_a_documented_command_parses(shown, args, error, monkeypatch, capsys, wa
     assert code in (0, None), f"{shown}: {capsys.readouterr().err[-500:]}"
 
 
-def test_the_docs_name_every_registered_algorithm_codec_data_set_model_runner_and_profile():
-    """A new algorithm, codec, data set, model, client runner or system profile is its file plus its registration;
-    the docs must list it (no hand-kept list in the code): docs/algorithms.md every algorithm and codec,
-    docs/command_line.md every data set, client runner and sampler, docs/models_and_data.md every model, docs/systems.md every
-    profile."""
+def test_the_docs_name_every_registered_part():
+    """A new algorithm, codec, data set, model, client runner, sampler, round schedule, system profile or privacy
+    mechanism is its file plus its registration; the docs must list it (no hand-kept list in the code):
+    docs/algorithms.md every algorithm and codec, docs/command_line.md every data set, client runner, sampler and
+    round schedule, docs/models_and_data.md every model, docs/systems.md every profile, docs/privacy.md every
+    mechanism."""
     from fl_lightning.algorithms.names import REGISTRY
     from fl_lightning.compression import CODECS
     from fl_lightning.data import DATASETS
     from fl_lightning.federation.runners import RUNNERS
-    from fl_lightning.federation.seams import SAMPLERS
+    from fl_lightning.federation.seams import SAMPLERS, SCHEDULES
     from fl_lightning.models import MODELS
+    from fl_lightning.privacy.mechanism import MECHANISMS
     from fl_lightning.systems import PROFILES
 
     algorithms, options = (ROOT / "docs" / "algorithms.md").read_text(), (ROOT / "docs" / "command_line.md").read_text()
@@ -129,7 +131,12 @@ def test_the_docs_name_every_registered_algorithm_codec_data_set_model_runner_an
     assert [n for n in RUNNERS if f"`{n}`" not in runner_row] == []
     sampler_row = next(line for line in options.splitlines() if line.startswith("| `--model.sampler`"))
     assert [n for n in SAMPLERS if f"`{n}`" not in sampler_row] == []
+    schedule_row = next(line for line in options.splitlines() if line.startswith("| `--model.schedule`"))
+    assert [n for n in SCHEDULES if f"`{n}`" not in schedule_row] == []
     models = (ROOT / "docs" / "models_and_data.md").read_text()
     assert [n for n in MODELS if f"`{n}`" not in models] == []
     systems = (ROOT / "docs" / "systems.md").read_text()
     assert [n for n in PROFILES if f"`{n}`" not in systems] == []
+    privacy = (ROOT / "docs" / "privacy.md").read_text()
+    mechanisms = privacy[privacy.index("- **Mechanism**"):].split("\n- ")[0]
+    assert [n for n in MECHANISMS if f"`{n}`" not in mechanisms] == []

@@ -293,3 +293,46 @@ def test_report_table_mixes_groups_with_and_without_dp(tmp_path):
     assert markdown.splitlines()[3] == "| eps 8 | 3 | 0.8000 ± 0.0200 | 7.9900 ± 0.0000 |"
     written = list(csv.DictReader(open(Path(tmp_path) / "rep.csv")))
     assert written[0]["final_epsilon"] == "" and written[1]["final_epsilon"] == "7.99"
+
+
+def test_a_mechanism_registered_by_name_draws_the_noise_and_gives_the_accountant_its_event():
+    """``@MECHANISMS.register("name")`` makes ``--model.privacy.mechanism name``: a Gaussian that records its calls
+    gives the built-in's numbers exactly, draws the update's noise once a round at std z·C, and its event is
+    what ε is computed from (one whose event is twice as loud reports more ε at the same noise)."""
+    from fl_lightning.privacy.mechanism import MECHANISMS, NOISE, GaussianMechanism
+
+    calls, events = [], []
+
+    class Recorded(GaussianMechanism):
+        def noise(self, size, std, round_idx, purpose=NOISE):
+            calls.append((round_idx, purpose, std))
+            return super().noise(size, std, round_idx, purpose)
+
+        def dp_event(self, multiplier):
+            events.append(multiplier)
+            return super().dp_event(multiplier)
+
+    class Louder(GaussianMechanism):
+        def dp_event(self, multiplier):
+            return dp_accounting.GaussianDpEvent(multiplier / 2)
+
+    MECHANISMS.register("recorded")(Recorded)
+    MECHANISMS.register("louder")(Louder)
+    accountant.one_round.cache_clear()
+    try:
+        _, default = fit(2, name="gaussian", privacy=PrivacyOptions(noise_multiplier=1.0, clip=0.5))
+        _, recorded = fit(2, name="recorded", privacy=PrivacyOptions(noise_multiplier=1.0, clip=0.5,
+                                                                      mechanism="recorded"))
+        _, louder = fit(2, name="louder", privacy=PrivacyOptions(noise_multiplier=1.0, clip=0.5, mechanism="louder"))
+        with pytest.raises(ConfigError, match=r"^model.privacy.mechanism: unknown 'laplace'; choose one of gaussian, "
+                                              r"recorded, louder$"):
+            PrivacyOptions(noise_multiplier=1.0, mechanism="laplace")
+    finally:
+        del MECHANISMS["recorded"], MECHANISMS["louder"]
+        accountant.one_round.cache_clear()
+    assert [{k: v for k, v in r.items() if k != "privacy/epsilon"} for r in recorded] == \
+        [{k: v for k, v in r.items() if k != "privacy/epsilon"} for r in default]
+    assert [r["privacy/epsilon"] for r in recorded] == [r["privacy/epsilon"] for r in default]
+    assert calls == [(0, NOISE, 0.5), (1, NOISE, 0.5)]
+    assert events == [0.5]  # z / 2: a fixed cohort's replace-one sensitivity 2C, computed once per fit
+    assert float(louder[-1]["privacy/epsilon"]) > 1.5 * float(default[-1]["privacy/epsilon"])

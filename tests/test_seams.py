@@ -178,3 +178,51 @@ def test_a_sampler_registered_by_name_chooses_a_real_fits_clients(tmp_path, caps
     assert main([*args, "--model.sampler", "poisson", "--model.system", "uniform"]) == 2
     assert capsys.readouterr().err.strip().endswith("model.sampler: model.system samples the available clients; "
                                                     "leave model.sampler unset")
+
+
+def test_a_schedule_registered_by_name_steps_a_real_fit(tmp_path, capsys):
+    """``@SCHEDULES.register("name")`` makes ``--model.schedule name``: LastOneLate (above, written from the docs)
+    leaves the last planned client of every round out of a real fit's aggregate; ``fedbuff`` by name is
+    ``--model.asynchronous fedbuff``, the same numbers; a schedule that times clients without model.system, or one
+    that does not with it, is one line, exit 2."""
+    import csv
+
+    from fl_lightning.callbacks import FLCallback
+    from fl_lightning.cli import main
+    from fl_lightning.federation.seams import SCHEDULES
+
+    class Reports(FLCallback):
+        def __init__(self):
+            self.planned, self.reported = [], []
+
+        def configure_round(self, round):
+            self.planned.append([client.client_id for client in round.clients])
+
+        def on_client_reported(self, client):
+            self.reported.append((client.round, client.client_id))
+
+    SCHEDULES.register("last_one_late")(LastOneLate)
+    args = ["fit", "--model.network", "fl_lightning.models.MLP", "--data.dataset", "digits", "--data.num_clients",
+            "4", "--model.clients_per_round", "2", "--trainer.max_epochs", "2", "--trainer.enable_progress_bar",
+            "false", "--trainer.logger.init_args.save_dir", str(tmp_path)]
+    seen = Reports()
+    try:
+        assert main([*args, "--model.schedule", "last_one_late", "--trainer.logger.init_args.name", "late"],
+                    callbacks=[seen]) in (0, None)
+    finally:
+        del SCHEDULES["last_one_late"]
+    assert [len(planned) for planned in seen.planned] == [2, 2]
+    assert seen.reported == [(r, planned[0]) for r, planned in enumerate(seen.planned)]
+    for name, option in (("by_name", ["--model.schedule", "fedbuff"]), ("by_option", ["--model.asynchronous",
+                                                                                       "fedbuff"])):
+        assert main([*args, "--model.system", "uniform", *option, "--model.asynchronous.buffer_size", "2",
+                     "--model.asynchronous.concurrency", "3", "--trainer.logger.init_args.name", name]) in (0, None)
+    rows = {name: list(csv.DictReader(open(next((tmp_path / name).rglob("metrics.csv")))))
+            for name in ("by_name", "by_option")}
+    assert [r["train/loss"] for r in rows["by_name"]] == [r["train/loss"] for r in rows["by_option"]]
+    assert any(r["train/loss"] for r in rows["by_name"])
+    assert main([*args, "--model.schedule", "fedbuff"]) == 2
+    assert capsys.readouterr().err.strip().endswith("model.schedule: fedbuff times clients on a simulated system: "
+                                                    "give model.system (e.g. --model.system mobile)")
+    assert main([*args, "--model.schedule", "synchronous", "--model.system", "uniform"]) == 2
+    assert "model.schedule: synchronous does not time clients" in capsys.readouterr().err

@@ -12,33 +12,22 @@ from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.federation.client_state import open_store
 from fl_lightning.federation.loop import FederatedLoop, LocalConfig
 from fl_lightning.federation.runners import runner_for
-from fl_lightning.federation.seams import SAMPLERS, PoissonSampler, RoundSchedule, Sampler, UniformSampler
+from fl_lightning.federation.seams import SAMPLERS, SCHEDULES, RoundSchedule, Sampler, ScheduleSetting
 from fl_lightning.runs.files import run_folder
 from fl_lightning.personalization.evaluation import PersonalEvaluation, new_client_ids
-from fl_lightning.systems import RoundPolicy, RoundSimulator
-from fl_lightning.systems.clock import AvailableSampler
-from fl_lightning.systems.fedbuff import FedBuff
 
 
 def round_parts(module, num_clients: int, excluded: tuple) -> tuple[Sampler, RoundSchedule]:
-    """The sampler and the schedule the options choose: with model.system the round simulator (availability-aware
-    sampling, the round policy) or FedBuff's event queue; with model.privacy's Poisson sampling each client with
-    probability q = S/M; else model.sampler by name (default: S of M uniformly, never a client held out of training,
-    pval_new/*)."""
-    per_round = module.hparams.clients_per_round
-    if module.system is not None:
-        population = module.system.population(num_clients)
-        if module.asynchronous is not None:
-            schedule = FedBuff(module.asynchronous, population, module.hparams.batch_size)
-        else:
-            schedule = RoundSimulator(population, module.round_policy or RoundPolicy(), module.hparams.batch_size,
-                                      per_round)
-        return (AvailableSampler(schedule, per_round) if isinstance(schedule, RoundSimulator)
-                else UniformSampler(num_clients, per_round)), schedule
-    if module.privacy is not None and module.privacy.sampling == "poisson":
-        return PoissonSampler(num_clients, per_round / num_clients), RoundSchedule()
-    return SAMPLERS[module.hparams.get("sampler") or "uniform"].from_options(num_clients, per_round, excluded), \
-        RoundSchedule()
+    """The sampler and the schedule the options name (``module.sampler_name``, ``module.schedule_name``:
+    fl_lightning.module_options.settle_parts); the schedule may ask whom it can reach instead (the round simulator:
+    the clients online). ``excluded``: clients held out of training (pval_new/*)."""
+    hp = module.hparams
+    population = module.system.population(num_clients) if module.system is not None else None
+    setting = ScheduleSetting(num_clients, hp.clients_per_round, hp.batch_size, population, module.round_policy,
+                              module.asynchronous)
+    schedule = SCHEDULES[module.schedule_name].from_options(setting)
+    chosen = SAMPLERS[module.sampler_name].from_options(num_clients, hp.clients_per_round, excluded)
+    return schedule.sampler(chosen), schedule
 
 
 def restored_parts(restored: dict) -> dict:

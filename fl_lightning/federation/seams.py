@@ -16,7 +16,8 @@ Every part has ``state_dict()``/``load_state_dict()`` (in the checkpoint, for an
 """
 from __future__ import annotations
 
-from typing import Iterable, Iterator, Optional
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Optional
 
 import numpy as np
 import torch
@@ -29,6 +30,7 @@ from fl_lightning.registry import Registry
 Trained = tuple[int, tuple]  # (position, (ClientContext, loss sum, RecordedLogs))
 RUNNERS = Registry("client runner")  # model.client_runner: name → ClientRunner class (``@RUNNERS.register(name)``)
 SAMPLERS = Registry("sampler")  # model.sampler: name → Sampler class (``@SAMPLERS.register(name)``)
+SCHEDULES = Registry("round schedule")  # model.schedule: name → RoundSchedule class (``@SCHEDULES.register(name)``)
 
 
 class Part:
@@ -138,8 +140,35 @@ class SerialRunner(ClientRunner):
             yield position, self.trainer.run_client(plan.clients[position], plan)
 
 
+@dataclass(frozen=True)
+class ScheduleSetting:
+    """What a schedule is built from (``RoundSchedule.from_options``): M, S, the minibatch size, and the fit's
+    system options (None when model.system is unset): the simulated population, model.round_policy and
+    model.asynchronous."""
+
+    num_clients: int
+    per_round: int
+    batch_size: int
+    population: Any = None
+    round_policy: Any = None
+    asynchronous: Any = None
+
+
+@SCHEDULES.register("synchronous")
 class RoundSchedule(Part):
-    """When the server steps. The default is the synchronous round: every planned client, then one step."""
+    """When the server steps. The default is the synchronous round: every planned client, then one step.
+    ``times_clients``: it runs on model.system's simulated clients (needs it; the others refuse it)."""
+
+    times_clients = False
+
+    @classmethod
+    def from_options(cls, setting: ScheduleSetting) -> "RoundSchedule":
+        """The schedule ``model.schedule NAME`` builds."""
+        return cls()
+
+    def sampler(self, chosen: Sampler) -> Sampler:
+        """Who is asked under this schedule; ``chosen`` is the one the options name (default: it)."""
+        return chosen
 
     def run(self, engine, round_idx: int) -> Optional[torch.Tensor]:
         """One epoch of training: the reporting clients' mean loss, or None if nobody reported. ``engine`` is

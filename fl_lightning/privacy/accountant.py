@@ -34,6 +34,7 @@ import dp_accounting
 from dp_accounting import rdp, pld
 
 from fl_lightning.errors import ConfigError
+from fl_lightning.privacy.mechanism import MECHANISMS
 
 SAMPLINGS = ("fixed", "poisson")
 ACCOUNTANTS = ("rdp", "pld")
@@ -48,16 +49,16 @@ def default_delta(population: int) -> float:
     return min(1e-5, 1.0 / population ** 1.1)
 
 
-def round_event(event_multiplier: float, cohort: int, population: int, sampling: str = "fixed"
-                ) -> dp_accounting.DpEvent:
-    """The DpEvent of one round, its Gaussian of multiplier z / SENSITIVITY[sampling] (``event_multiplier``):
-    noise std z·C on a sum of sensitivity SENSITIVITY[sampling]·C."""
-    gaussian = dp_accounting.GaussianDpEvent(event_multiplier)
+def round_event(event_multiplier: float, cohort: int, population: int, sampling: str = "fixed",
+                mechanism: str = "gaussian") -> dp_accounting.DpEvent:
+    """The DpEvent of one round, its mechanism's release at multiplier z / SENSITIVITY[sampling]
+    (``event_multiplier``): noise std z·C on a sum of sensitivity SENSITIVITY[sampling]·C."""
+    release = MECHANISMS[mechanism]().dp_event(event_multiplier)
     if sampling == "fixed":
         if cohort >= population:
-            return gaussian
-        return dp_accounting.SampledWithoutReplacementDpEvent(population, cohort, gaussian)
-    return dp_accounting.PoissonSampledDpEvent(cohort / population, gaussian)
+            return release
+        return dp_accounting.SampledWithoutReplacementDpEvent(population, cohort, release)
+    return dp_accounting.PoissonSampledDpEvent(cohort / population, release)
 
 
 def make_accountant(sampling: str = "fixed", accountant: str = "rdp", cohort: int = 0, population: int = 1):
@@ -87,7 +88,7 @@ def check(cohort: int, population: int, sampling: str, accountant: str, delta: O
 
 
 def epsilon(noise_multiplier: float, rounds: int, cohort: int, population: int, delta: Optional[float] = None,
-            sampling: str = "fixed", accountant: str = "rdp") -> float:
+            sampling: str = "fixed", accountant: str = "rdp", mechanism: str = "gaussian") -> float:
     """ε after ``rounds`` rounds of M = ``cohort`` of K = ``population`` clients at δ."""
     delta = default_delta(population) if delta is None else delta
     check(cohort, population, sampling, accountant, delta)
@@ -95,26 +96,27 @@ def epsilon(noise_multiplier: float, rounds: int, cohort: int, population: int, 
         return 0.0
     if not noise_multiplier > 0:
         return math.inf
-    one = one_round(noise_multiplier / SENSITIVITY[sampling], cohort, population, sampling, accountant)
+    one = one_round(noise_multiplier / SENSITIVITY[sampling], cohort, population, sampling, accountant, mechanism)
     if accountant == "pld":
         return float(one._pld.self_compose(rounds).get_epsilon_for_delta(delta))
     return float(rdp.rdp_privacy_accountant.compute_epsilon(one._orders, rounds * one._rdp, delta)[0])
 
 
 @functools.lru_cache(maxsize=64)
-def one_round(event_multiplier: float, cohort: int, population: int, sampling: str, accountant: str):
+def one_round(event_multiplier: float, cohort: int, population: int, sampling: str, accountant: str,
+              mechanism: str = "gaussian"):
     """The accountant after one round's event, kept: composing R rounds is then R × its RDP curve (or its PLD
     self-composed R times), exactly what composing the event R times gives (tested), without recomputing the
     event's curve every round — which cost several times a quickstart round."""
     acc = make_accountant(sampling, accountant, cohort, population)
-    acc.compose(round_event(event_multiplier, cohort, population, sampling))
+    acc.compose(round_event(event_multiplier, cohort, population, sampling, mechanism))
     return acc
 
 
 @functools.lru_cache(maxsize=32)  # the pre-fit check and the fit calibrate the same z
 def noise_multiplier_for(target_epsilon: float, rounds: int, cohort: int, population: int,
                          delta: Optional[float] = None, sampling: str = "fixed", accountant: str = "rdp",
-                         tolerance: float = 1e-3) -> float:
+                         mechanism: str = "gaussian", tolerance: float = 1e-3) -> float:
     """The smallest z (to a relative ``tolerance``) with ε(z) ≤ ``target_epsilon``: bisection on log z."""
     if not target_epsilon > 0:
         raise ConfigError("privacy.target_epsilon", f"must be > 0, got {target_epsilon}")
@@ -122,7 +124,7 @@ def noise_multiplier_for(target_epsilon: float, rounds: int, cohort: int, popula
         raise ConfigError("privacy.rounds", f"must be ≥ 1 to calibrate noise, got {rounds}")
 
     def eps(z):
-        return epsilon(z, rounds, cohort, population, delta, sampling, accountant)
+        return epsilon(z, rounds, cohort, population, delta, sampling, accountant, mechanism)
 
     high = 1.0
     while eps(high) > target_epsilon:

@@ -9,6 +9,7 @@ import argparse
 
 from fl_lightning.errors import ConfigError
 from fl_lightning.privacy import accountant
+from fl_lightning.privacy.mechanism import MECHANISMS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -28,6 +29,7 @@ def main(args: list[str]) -> int:
     parser.add_argument("--delta", type=float, default=None, help="δ (default min(1e-5, 1/K^1.1); must be < 1/K)")
     parser.add_argument("--sampling", default="fixed", choices=accountant.SAMPLINGS)
     parser.add_argument("--accountant", default="rdp", choices=accountant.ACCOUNTANTS)
+    parser.add_argument("--mechanism", default="gaussian", choices=list(MECHANISMS))
     a = parser.parse_args(args)
     if a.rounds < 1:
         raise ConfigError("--rounds", f"must be ≥ 1, got {a.rounds}")
@@ -38,13 +40,14 @@ def main(args: list[str]) -> int:
              f"{accountant.SENSITIVITY[a.sampling]:g}C; {a.accountant}) at δ={delta:.3g}")
     if a.epsilon is not None:
         z = accountant.noise_multiplier_for(a.epsilon, a.rounds, a.cohort, a.population, delta, a.sampling,
-                                            a.accountant)
-        reached = accountant.epsilon(z, a.rounds, a.cohort, a.population, delta, a.sampling, a.accountant)
+                                            a.accountant, a.mechanism)
+        reached = accountant.epsilon(z, a.rounds, a.cohort, a.population, delta, a.sampling, a.accountant,
+                                     a.mechanism)
         print(f"noise_multiplier {z:.4f} gives ε = {reached:.4f} ≤ {a.epsilon:g} after {where}")
     else:
         if not a.noise_multiplier > 0:
             raise ConfigError("--noise-multiplier", f"must be > 0, got {a.noise_multiplier}")
         eps = accountant.epsilon(a.noise_multiplier, a.rounds, a.cohort, a.population, delta, a.sampling,
-                                 a.accountant)
+                                 a.accountant, a.mechanism)
         print(f"ε = {eps:.4f} with noise_multiplier {a.noise_multiplier:g} after {where}")
     return 0

@@ -19,7 +19,7 @@ from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.errors import ConfigError
 from fl_lightning.privacy import accountant
 from fl_lightning.privacy.clipping import adapted_clip, clip_upload, update_noise_multiplier
-from fl_lightning.privacy.mechanism import COUNT_NOISE, expected_counts, gaussian, noised_mean, planned_counts
+from fl_lightning.privacy.mechanism import COUNT_NOISE, MECHANISMS, expected_counts, noised_mean, planned_counts
 from fl_lightning.privacy.options import PrivacyOptions
 
 COUNT = "privacy_unclipped"
@@ -40,6 +40,7 @@ class ClientDP(FLCallback):
 
     def __init__(self, options: PrivacyOptions, rounds: Optional[int] = None, controls: bool = False):
         self.options = options
+        self.mechanism = MECHANISMS[options.mechanism]()  # the noise on every release (and its DpEvent)
         self.controls = controls
         self.control_clip = options.control_clip if options.control_clip is not None else options.clip
         self.rounds = rounds
@@ -63,7 +64,7 @@ class ClientDP(FLCallback):
                 raise ConfigError("model.privacy.target_epsilon", "needs the number of rounds: set trainer.max_epochs")
             self.noise_multiplier = accountant.noise_multiplier_for(opts.target_epsilon, self.rounds, cohort,
                                                                     population, self.delta, opts.sampling,
-                                                                    opts.accountant)
+                                                                    opts.accountant, opts.mechanism)
         if opts.adaptive_quantile is not None:
             update_noise_multiplier(self.noise_multiplier, self.count_noise)  # σ_b too small: one line now
         first = self.epsilon_after(1)  # also computes (once) the round's event, which every later round reuses
@@ -96,7 +97,7 @@ class ClientDP(FLCallback):
 
     def epsilon_after(self, rounds: int) -> float:
         return accountant.epsilon(self.noise_multiplier, rounds, self.cohort, self.population, self.delta,
-                                  self.options.sampling, self.options.accountant)
+                                  self.options.sampling, self.options.accountant, self.options.mechanism)
 
     def stops_before(self, round_idx: int) -> bool:
         """The next round (``round_idx`` rounds done) would pass ``epsilon_budget``."""
@@ -146,7 +147,7 @@ class ClientDP(FLCallback):
         total = received.sum("delta")[:d]
         signal = float(total.double().norm()) / self._released ** 0.5  # RMS of the clipped sum per coordinate
         self.noise_to_signal = std / signal if signal > 0 else math.inf
-        mean = noised_mean(total, self._counts, std, server.round)
+        mean = noised_mean(total, self._counts, std, server.round, self.mechanism)
         server.update.copy_(mean.to(server.update.dtype))
         self.reported = int(received.weight(COUNT)[0])
         self.clipped = self.reported - int(received.sum(COUNT)[0])
@@ -154,7 +155,7 @@ class ClientDP(FLCallback):
             self.control_clipped = int(received.sum(CONTROL_CLIPPED)[0])
         if self.options.adaptive_quantile is not None:
             centred = received.sum(COUNT)[0].item() - self.reported / 2
-            noised = centred + float(gaussian(1, self.count_noise, server.round, COUNT_NOISE)[0])
+            noised = centred + float(self.mechanism.noise(1, self.count_noise, server.round, COUNT_NOISE)[0])
             self.clip = adapted_clip(self.clip, noised, self.cohort, self.options.adaptive_quantile,
                                      self.options.clip_lr)
 

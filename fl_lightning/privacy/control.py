@@ -15,7 +15,7 @@ Its noise has its own per-round stream (``CONTROL_NOISE``): exact resume, the sa
 from __future__ import annotations
 
 from fl_lightning.callbacks.base import FLCallback
-from fl_lightning.privacy.mechanism import CONTROL_NOISE, gaussian
+from fl_lightning.privacy.mechanism import CONTROL_NOISE
 
 
 class NoisedControlSum(FLCallback):
@@ -31,4 +31,4 @@ class NoisedControlSum(FLCallback):
     def on_server_update(self, server):
         total = server.received.sum("control")
         std = self.dp.update_noise_multiplier * self.dp.control_clip
-        total.add_(gaussian(total.numel(), std, server.round, CONTROL_NOISE).to(total))
+        total.add_(self.dp.mechanism.noise(total.numel(), std, server.round, CONTROL_NOISE).to(total))

@@ -26,19 +26,46 @@ joined, which the noise does not cover.
 """
 from __future__ import annotations
 
+import dp_accounting
 import torch
 
 from fl_lightning.federation.seeding import derive_seed, generator
+from fl_lightning.registry import Registry
 
 NOISE = 0xD1F0  # the update's noise, per round
 COUNT_NOISE = 0xD1F1  # the adaptive clip's count noise, per round
 CONTROL_NOISE = 0xD1F2  # the control variates' noise, per round (privacy.control)
+MECHANISMS = Registry("privacy mechanism")  # model.privacy.mechanism: name → Mechanism class (``@MECHANISMS.register``)
 
 
 def gaussian(size: int, std: float, round_idx: int, purpose: int = NOISE) -> torch.Tensor:
     """N(0, std²)^size from round ``round_idx``'s ``purpose`` stream (CPU, float64)."""
     rng = generator(derive_seed(round_idx, purpose))
     return torch.randn(size, generator=rng, dtype=torch.float64) * std
+
+
+class Mechanism:
+    """What the server adds to a released sum, and what the accountant composes for it. The clip bounds each
+    upload's L2 norm, so the sensitivity Δ of a sum is an L2 one (SENSITIVITY·C, fl_lightning.privacy.accountant)."""
+
+    def noise(self, size: int, std: float, round_idx: int, purpose: int = NOISE) -> torch.Tensor:
+        """``size`` draws of std ``std`` from round ``round_idx``'s ``purpose`` stream (CPU, float64)."""
+        raise NotImplementedError
+
+    def dp_event(self, multiplier: float) -> dp_accounting.DpEvent:
+        """One release at noise multiplier ``multiplier`` = std / Δ, before sampling's amplification."""
+        raise NotImplementedError
+
+
+@MECHANISMS.register("gaussian")
+class GaussianMechanism(Mechanism):
+    """N(0, std²) per coordinate (the Gaussian mechanism of McMahan et al. 2018)."""
+
+    def noise(self, size: int, std: float, round_idx: int, purpose: int = NOISE) -> torch.Tensor:
+        return gaussian(size, std, round_idx, purpose)
+
+    def dp_event(self, multiplier: float) -> dp_accounting.DpEvent:
+        return dp_accounting.GaussianDpEvent(multiplier)
 
 
 def planned_counts(clients, size: int) -> torch.Tensor:
@@ -62,7 +89,8 @@ def expected_counts(choices, cohort: float, size: int) -> torch.Tensor:
     return counts
 
 
-def noised_mean(total: torch.Tensor, counts: torch.Tensor, std: float, round_idx: int) -> torch.Tensor:
-    """(Σ u_i + N(0, std²)) / n_k per coordinate (0 where n_k = 0)."""
-    noised = total.double().cpu() + gaussian(total.numel(), std, round_idx)
+def noised_mean(total: torch.Tensor, counts: torch.Tensor, std: float, round_idx: int,
+                mechanism: Mechanism = GaussianMechanism()) -> torch.Tensor:
+    """(Σ u_i + noise of std ``std``) / n_k per coordinate (0 where n_k = 0)."""
+    noised = total.double().cpu() + mechanism.noise(total.numel(), std, round_idx)
     return torch.where(counts > 0, noised / counts.clamp_min(1), torch.zeros_like(noised))

@@ -8,6 +8,7 @@ from typing import Optional, Union
 from fl_lightning.errors import ConfigError
 from fl_lightning.resolve import resolve_part
 from fl_lightning.privacy.accountant import ACCOUNTANTS, SAMPLINGS
+from fl_lightning.privacy.mechanism import MECHANISMS
 
 # Algorithms whose clients send a second message that is not privatised (SCAFFOLD's and FedBCGD+'s Δc are:
 # their own clip control_clip, noise and half of the budget, privacy.control): refused, one line each.
@@ -36,6 +37,8 @@ class PrivacyOptions:
         sampling: fixed (a cohort of M of K without replacement: replace-one, sensitivity 2C, accounted at z/2)
             or poisson (recommended: each client joins a round independently with q = M/K; add/remove-one,
             sensitivity C; every sum is divided by its expected count).
+        mechanism: the noise, by its registered name (fl_lightning.privacy.mechanism.MECHANISMS): gaussian, or one
+            of your own (``@MECHANISMS.register("name")``: its noise and the DpEvent the accountant composes).
     """
 
     noise_multiplier: Optional[float] = None
@@ -49,6 +52,7 @@ class PrivacyOptions:
     epsilon_budget: Optional[float] = None
     accountant: str = "rdp"
     sampling: str = "fixed"
+    mechanism: str = "gaussian"
 
     def __post_init__(self):
         if (self.noise_multiplier is None) == (self.target_epsilon is None):
@@ -65,6 +69,9 @@ class PrivacyOptions:
         if self.accountant not in ACCOUNTANTS:
             raise ConfigError("model.privacy.accountant", f"unknown {self.accountant!r}; choose one of "
                               f"{', '.join(ACCOUNTANTS)}")
+        if self.mechanism not in MECHANISMS:
+            raise ConfigError("model.privacy.mechanism", f"unknown {self.mechanism!r}; choose one of "
+                              f"{', '.join(MECHANISMS)}")
         if self.sampling not in SAMPLINGS:
             raise ConfigError("model.privacy.sampling", f"unknown {self.sampling!r}; choose one of {', '.join(SAMPLINGS)}")
         if self.accountant == "pld" and self.sampling == "fixed":

@@ -22,7 +22,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from fl_lightning.federation.seams import RoundSchedule, Sampler
+from fl_lightning.federation.seams import SCHEDULES, RoundSchedule, Sampler, ScheduleSetting
 from fl_lightning.systems.policies import RoundPolicy
 from fl_lightning.systems.profiles import Population, samples_processed, steps_within, total_seconds
 
@@ -55,9 +55,20 @@ class VirtualClock:
         self.now_s = float(state["now_s"])
 
 
+@SCHEDULES.register("simulated")
 class RoundSimulator(RoundSchedule):
     """Synchronous rounds on the virtual clock: each client's step budget by the deadline (``planned``), the
-    policy's choice of the trained clients (``arrived``); ``per_round``: S, the clients the policy needs."""
+    policy's choice of the trained clients (``arrived``); ``per_round``: S, the clients the policy needs. Only
+    clients online at the round's start are asked (``sampler``)."""
+
+    times_clients = True
+
+    @classmethod
+    def from_options(cls, setting: ScheduleSetting) -> "RoundSimulator":
+        return cls(setting.population, setting.round_policy or RoundPolicy(), setting.batch_size, setting.per_round)
+
+    def sampler(self, chosen: Sampler) -> Sampler:
+        return AvailableSampler(self, self.per_round)
 
     def __init__(self, population: Population, policy: RoundPolicy, batch_size: int, per_round: int = 0):
         self.population, self.policy, self.batch_size, self.per_round = population, policy, batch_size, per_round

@@ -45,7 +45,7 @@ from fl_lightning.federation.messages import Part, Payload
 from fl_lightning.compression.codecs import Codec
 from fl_lightning.errors import ConfigError
 from fl_lightning.resolve import resolve_part
-from fl_lightning.federation.seams import RoundSchedule
+from fl_lightning.federation.seams import SCHEDULES, RoundSchedule, ScheduleSetting
 from fl_lightning.federation.seeding import Purpose, derive_seed
 from fl_lightning.systems.clock import TIMELINE_COLUMNS, TIMELINE_FILE, VirtualClock, timeline_rows
 from fl_lightning.systems.profiles import samples_processed, total_seconds
@@ -91,10 +91,13 @@ def resolve_asynchronous(value) -> Optional[Asynchronous]:
                         off=())
 
 
+@SCHEDULES.register("fedbuff")
 class FedBuff(RoundSchedule):
     """The event queue and the server steps: a ``RoundSchedule`` whose ``run`` (one server step) replaces the
     loop's synchronous round; it uses the loop's schedule interface only (``task``, ``plan_one``, ``train``,
     ``new_sums``, ``count_traffic``, ``step_server``, ``num_samples``, ``restore_working_model``, ``blocks``)."""
+
+    times_clients = True
 
     def __init__(self, options: Asynchronous, population, batch_size: int):
         self.options, self.population, self.batch_size = options, population, batch_size
@@ -105,6 +108,10 @@ class FedBuff(RoundSchedule):
         self.last: dict[str, float] = {}
         self.timeline: list[dict] = []  # the last step's arrivals (fl_lightning.systems.clock.TIMELINE_COLUMNS)
         self.seconds = 0.0  # wall time in the simulation itself (not the clients' training)
+
+    @classmethod
+    def from_options(cls, setting: ScheduleSetting) -> "FedBuff":
+        return cls(setting.asynchronous or Asynchronous(), setting.population, setting.batch_size)
 
     # -- launches ---------------------------------------------------------------------------------
     def _candidate(self) -> Optional[int]:
@@ -209,12 +216,11 @@ class FedBuff(RoundSchedule):
 
 
 def check_asynchronous(module) -> None:
-    """What FedBuff does not combine with, one line each (module options resolved)."""
+    """What FedBuff does not combine with, one line each (module options resolved; its model.system is checked with
+    the schedule's, fl_lightning.module_options.settle_parts)."""
     if module.asynchronous is None:
         return
     hp = module.hparams
-    if module.system is None:
-        raise ConfigError("model.asynchronous", "needs a simulated system for the clients' times: give model.system")
     if module.round_policy is not None:
         raise ConfigError("model.round_policy", "is for synchronous rounds; leave it unset with model.asynchronous")
     hooks = module.algorithm.callbacks()
