@@ -1,4 +1,4 @@
-"""Client state at scale (issue 12): FedBCGD+ on LeNet-5 (d = 797,962) with M = 1,000 clients of 50
+"""Client state at scale: FedBCGD+ on LeNet-5 (d = 797,962) with M = 1,000 clients of 50
 CIFAR-10 images, 50 per round, batch 10. Prints peak RSS after R rounds, how many clients hold a
 control variate, and the size of one checkpoint (the .ckpt file, and the client-state files on disk).
 

@@ -1,4 +1,4 @@
-"""How close local training gets to this CPU's fp32 matrix-multiply peak (``make bench``; issue 21).
+"""How close local training gets to this CPU's fp32 matrix-multiply peak (``make bench``).
 
 The peak: the best of a few 2048² fp32 matrix products at the process's thread count. The work of a
 round: the FLOPs of one LeNet-5 training step at batch 50 (torch.utils.flop_counter, forward and

@@ -1,4 +1,4 @@
-"""Issue 32, item 5: the system simulation's own cost.
+"""The system simulation's own cost.
 
 1. Overhead on the quickstart: the same fit (fedavgm, 10 rounds, one thread) with and without
    ``--model.system mobile --model.round_policy over_selection``; the simulator's own time per round

@@ -1,4 +1,4 @@
-"""Issue 30, item 3: the per-round cost of training clients in the user's own pl.Trainer
+"""The per-round cost of training clients in the user's own pl.Trainer
 (``--model.local_trainer``) against the default fast path, on the quickstart (FedAvgM, 10 clients a
 round, 2 local epochs), one thread, interleaved A/B over a few repeats.
 

@@ -1,5 +1,5 @@
 """Runs a finished DDP fit (2 CPU ranks, gloo, Lightning's own launcher) N times and counts the exit
-codes (issue 36: a fit that had finished every round once ended with ``terminate called without an
+codes (a fit that had finished every round once ended with ``terminate called without an
 active exception``, exit 134).
 
     python benchmarks/ddp_exit_check.py [--runs 20] [--rounds 2]

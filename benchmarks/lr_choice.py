@@ -26,7 +26,7 @@ def best_lr(by_lr: dict[float, float]) -> float:
     return max(sorted(by_lr), key=by_lr.get)
 
 
-SEARCHED = "0.01,0.03,0.05,0.1,0.2"  # the search's grid (issue 21): reproduce.sh's cifar_lr runs exactly these
+SEARCHED = "0.01,0.03,0.05,0.1,0.2"  # the search's grid: reproduce.sh's cifar_lr runs exactly these
 
 
 def refuse(message: str) -> None:

@@ -7,7 +7,7 @@
 #   benchmarks/reproduce.sh ablations     # claim (g): Fig. 5's ablations
 #   benchmarks/reproduce.sh beyond        # "Beyond the paper": EF-signSGD, PowerSGD, EDEN, alone and on blocks
 #   benchmarks/reproduce.sh cifar_beyond  # "Beyond the paper" on CIFAR-10: 11 methods, 10 d or 40 rounds, 3 seeds
-#   benchmarks/reproduce.sh cifar_lr      # issue 21: lr ∈ {0.01, 0.03, 0.05, 0.1, 0.2} per algorithm, 5 d, seed 0
+#   benchmarks/reproduce.sh cifar_lr      # lr ∈ {0.01, 0.03, 0.05, 0.1, 0.2} per algorithm, 5 d, seed 0
 # and, each algorithm at the lr that search chose (own_lr below; refused until its search is kept), 10 d:
 #   benchmarks/reproduce.sh cifar_claims     # claims (a)-(c): FedAvg, FedAvgM, SCAFFOLD, FedBCGD, FedBCGD+
 #   benchmarks/reproduce.sh cifar_blocks     # claim (e): FedBCGD with N = 1, 2, 5, 10 blocks

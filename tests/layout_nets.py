@@ -1,4 +1,4 @@
-"""A small residual network for the thread-layout tests (issue 36): a conv stem, one ResNet-18 basic
+"""A small residual network for the thread-layout tests: a conv stem, one ResNet-18 basic
 block (BatchNorm, a strided 1×1 shortcut) and a linear head — the kernels of the paper's ResNet-18 at a
 size CI can train."""
 from typing import Optional

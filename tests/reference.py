@@ -120,7 +120,7 @@ def _clip(g, max_norm):
 def run_reference(initial, recorder, rule: Rule, split_and_parts=None):
     """The spec, written out. Returns the final server state and every client's state.
 
-    Failures (issue 9): a client whose upload was lost (the library's seeded draw, recorded) or whose
+    Failures: a client whose upload was lost (the library's seeded draw, recorded) or whose
     update is not finite (decided here) reports nothing and keeps its state; a coordinate nobody
     reported keeps x and v; a round where nobody reported changes nothing."""
     split, parts = split_and_parts or data()

@@ -1,4 +1,4 @@
-"""Any task, either Lightning namespace: a LightningModule's own validation_step is the evaluation (issue 30)."""
+"""Any task, either Lightning namespace: a LightningModule's own validation_step is the evaluation."""
 import csv
 
 import lightning.pytorch as L

@@ -103,7 +103,7 @@ def test_files_stay_small_and_the_top_level_is_short():
 
 
 def test_the_simulation_never_imports_flower():
-    """Issue 34: Flower is an optional extra; only fl_lightning.deploy imports it. ``import fl_lightning``
+    """Flower is an optional extra; only fl_lightning.deploy imports it. ``import fl_lightning``
     and a whole ``fit`` (one round of the quickstart's data) run without it, in a fresh process."""
     outside = [name for name, path in modules().items() if not name.startswith("fl_lightning.deploy")
                and any(alias.startswith("flwr") for alias in imported_names(path))]

@@ -1,4 +1,4 @@
-"""Safe checkpoints on the Python API (issue 9): weights-only reads, atomic writes, seed and partition checks."""
+"""Safe checkpoints on the Python API: weights-only reads, atomic writes, seed and partition checks."""
 import os
 
 import pytest

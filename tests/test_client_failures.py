@@ -1,4 +1,4 @@
-"""Clients that fail (issue 9): seeded client_dropout and NaN/inf updates, against the reference in
+"""Clients that fail: seeded client_dropout and NaN/inf updates, against the reference in
 tests/reference.py — which drops lost clients (the library's recorded draw) and non-finite updates (its
 own check), keeps dropped clients' state, and leaves unreported blocks and silent rounds unchanged."""
 import csv

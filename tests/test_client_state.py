@@ -1,4 +1,4 @@
-"""The client-state store (issue 12): per-client rows on disk, committed per round, checkpointed as
+"""The client-state store: per-client rows on disk, committed per round, checkpointed as
 slot tables, never overwritten while a recent checkpoint needs them."""
 import os
 

@@ -1,4 +1,4 @@
-"""Compressed uploads (issue 10): exact bytes on LeNet-5, unbiasedness, Top-k, error feedback,
+"""Compressed uploads: exact bytes on LeNet-5, unbiasedness, Top-k, error feedback,
 decoding before aggregation."""
 import math
 

@@ -1,5 +1,5 @@
 """One round's clients over 2 processes (gloo on CPU) equal one process bit for bit; resume under DDP is exact;
-a rank that dies fails the run in one line (issue 12). The ranks are launched the way torchrun and
+a rank that dies fails the run in one line. The ranks are launched the way torchrun and
 SLURM do (environment variables), and once through the CLI with Lightning's own launcher."""
 import csv
 import io
@@ -45,7 +45,7 @@ def ddp_results(tmp_path_factory):
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_two_ranks_equal_one_process_bit_for_bit(case, ddp_results, tmp_path):
-    """The ranks ran at 1 thread each; so does the one process (issue 36: uploads, losses and evaluation
+    """The ranks ran at 1 thread each; so does the one process (uploads, losses and evaluation
     batches are combined in plan and batch order, so every value is that of one process)."""
     torch.set_num_threads(1)
     ddp = torch.load(ddp_results / f"{case}.pt", weights_only=True)

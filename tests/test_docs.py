@@ -1,4 +1,4 @@
-"""The docs stay true (issue 29): every pointer from code or docs to a docs page and section resolves,
+"""The docs stay true: every pointer from code or docs to a docs page and section resolves,
 every linked page exists, and every ``fl-lightning`` command in the README and docs/ parses — ``fit``,
 ``validate`` and ``test`` through ``--print_config``, ``sweep`` through ``--print``, ``report`` by the run
 folders it names — so a renamed option or a moved page fails here, not in a reader's terminal."""

@@ -1,4 +1,4 @@
-"""Issue 32, item 4: FedBuff — the event queue over simulated time, staleness-weighted buffered server steps
+"""FedBuff — the event queue over simulated time, staleness-weighted buffered server steps
 (FedAvg and FedBCGD's per-coordinate averaging), determinism, one-line refusals and exact resume after a
 real SIGKILL. Real Trainer, no mocks."""
 import csv

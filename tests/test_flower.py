@@ -1,4 +1,4 @@
-"""Issue 34: the same algorithms deployed on Flower — a SuperLink and one SuperNode per client started as a user
+"""The same algorithms deployed on Flower — a SuperLink and one SuperNode per client started as a user
 starts them (real processes on free loopback ports, no Ray), three runs (FedAvg, FedBCGD, SCAFFOLD) against
 them at once, each compared with ``fl-lightning fit`` of the same config: the same arithmetic, so every
 metric but the wall times is equal, bit for bit. The data is scikit-learn's digits (embedded: no download).

@@ -1,4 +1,4 @@
-"""Issue 34, beyond CI's time for the Flower tests (tests/test_flower.py), run when FL_FLOWER_FAULTS=1 is set:
+"""Flower faults, beyond CI's time for the Flower tests (tests/test_flower.py), run when FL_FLOWER_FAULTS=1 is set:
 SCAFFOLD stopped after 2 rounds, a node killed (its c_i stays on its disk) and restarted, the run resumed
 from the server's checkpoint — still equal to ``fit`` bit for bit (~60 s on 2 shared cores); a SuperNode
 killed during a run (~60 s); a run over TLS with certificates made here (~45 s). Each starts its own

@@ -1,6 +1,6 @@
 """SIGKILL at random moments, many times over: the quickstart always resumes from a loadable
-checkpoint (``--ckpt_path last``) and ends with the metrics of an uninterrupted run (issue 9) —
-also with SCAFFOLD, whose control variates live in the client-state files (issue 12), and with the batched
+checkpoint (``--ckpt_path last``) and ends with the metrics of an uninterrupted run —
+also with SCAFFOLD, whose control variates live in the client-state files, and with the batched
 client runner (model.client_runner batched)."""
 import csv
 import glob

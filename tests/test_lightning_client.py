@@ -1,4 +1,4 @@
-"""Issue 30 item 4: a plain Lightning script as a federated client (examples/federate_a_lightning_script.py),
+"""A plain Lightning script as a federated client (examples/federate_a_lightning_script.py),
 in either namespace's Trainer, with the server simulated in-process."""
 import importlib.util
 from pathlib import Path

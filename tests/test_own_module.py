@@ -61,7 +61,7 @@ def test_own_logs_validation_and_hparams_reach_the_run():
         # the loss training_step logs and returns is train/loss (the mean over the round's local steps): logged once
         assert "mine/loss" not in row and float(row["train/loss"]) > 0
         assert 1.0 <= float(row["mine/batch"]) <= 16.0
-        # the network's validation_step is the evaluation (issue 30): no val/acc of fl-lightning's own
+        # the network's validation_step is the evaluation: no val/acc of fl-lightning's own
         assert "val/acc" not in row and "val/loss" not in row
     # its error, the mean over the evaluation set's samples, on the global model
     split = module.trainer.datamodule.split

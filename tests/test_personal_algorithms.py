@@ -1,4 +1,4 @@
-"""Issue 33: the personalised algorithms — written through the public algorithm API — against plain-tensor
+"""The personalised algorithms — written through the public algorithm API — against plain-tensor
 re-implementations of their rules, two rounds on a ToyFederation (no Trainer): every global vector, every
 client's personal vector, the personalised evaluation and the bytes uploaded are compared."""
 import math

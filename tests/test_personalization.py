@@ -1,4 +1,4 @@
-"""Issue 33 with real Trainers and the real CLI: the shards and quantity partitions, each client's held-out
+"""Personalisation with real Trainers and the real CLI: the shards and quantity partitions, each client's held-out
 share, pval/* in metrics.csv, personal state surviving kill and resume bit for bit, and one line for bad input."""
 import csv
 import glob

@@ -1,5 +1,5 @@
-"""Kill-and-resume equals an uninterrupted run bit for bit, with dropout, BatchNorm and augmentation
-(issue 9): every random draw of a round comes from its own (seed, round, client, purpose) stream."""
+"""Kill-and-resume equals an uninterrupted run bit for bit, with dropout, BatchNorm and augmentation:
+every random draw of a round comes from its own (seed, round, client, purpose) stream."""
 import csv
 
 import pytest

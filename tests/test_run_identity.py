@@ -1,4 +1,4 @@
-"""A run's identity (issue 35): callbacks that change numbers are part of it, paths are not, W&B resumes
+"""A run's identity: callbacks that change numbers are part of it, paths are not, W&B resumes
 the same run, and the kept runs under docs/runs/ carry the ids their configs give."""
 import glob
 import importlib.util
@@ -134,7 +134,7 @@ def test_keeping_a_checkpoint_every_k_rounds():
 
 
 def test_every_kept_run_carries_the_id_of_its_settings():
-    """docs/runs/ configs were migrated once to today's identity (issue 35): report and sweep --keep
+    """docs/runs/ configs were migrated once to today's identity: report and sweep --keep
     recognise each by the id at its top, which must equal the id of the settings below it."""
     configs = sorted((ROOT / "docs").rglob("config.yaml"))
     assert len(configs) >= 200
@@ -145,7 +145,7 @@ def test_every_kept_run_carries_the_id_of_its_settings():
 
 
 def test_class_paths_of_moved_modules_still_resolve(capsys):
-    """Configs and kept runs written before the package layout (issue 29) name fl_lightning.powersgd.PowerSGD:
+    """Configs and kept runs written before the package layout name fl_lightning.powersgd.PowerSGD:
     it parses, and it is the same run as the codec's new path."""
     old = ["--model.compression", "fl_lightning.powersgd.PowerSGD", "--print_config"]
     try:

@@ -1,4 +1,4 @@
-"""``fl-lightning sweep`` and ``fl-lightning report`` (issue 11)."""
+"""``fl-lightning sweep`` and ``fl-lightning report``."""
 import csv
 import math
 import os

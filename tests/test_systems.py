@@ -1,4 +1,4 @@
-"""Issue 32: simulated system heterogeneity — client times from the exact bytes, round policies,
+"""Simulated system heterogeneity — client times from the exact bytes, round policies,
 availability, the virtual clock in every row, determinism and exact resume. Real Trainer, no mocks."""
 import csv
 import math

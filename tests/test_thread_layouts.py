@@ -1,4 +1,4 @@
-"""Issue 36: at one thread per client, one process (``--threads 1``), K = 2 clients at a time
+"""At one thread per client, one process (``--threads 1``), K = 2 clients at a time
 (``--threads 2``) and DDP over 2 ranks (``--threads 1`` each) give every logged value and the final
 weights bit for bit: on the 784-input MLP (MNIST), the paper's LeNet-5 and a ResNet-18 basic block
 (CIFAR-10 images). The ranks' uploads, losses and evaluation batches are combined in plan and batch

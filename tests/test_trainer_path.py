@@ -1,4 +1,4 @@
-"""Issue 30 item 3: clients' local epochs in the user's own pl.Trainer give the fast path's numbers (quickstart
+"""Clients' local epochs in the user's own pl.Trainer give the fast path's numbers (quickstart
 settings, 2 rounds), with the algorithm's hooks as Lightning callbacks; the user's callbacks run in it."""
 import csv
 import logging

@@ -1,4 +1,4 @@
-"""The wheel built from the repository is complete (issue 29 a): installed outside the repository, it
+"""The wheel built from the repository is complete: installed outside the repository, it
 imports every subpackage and runs a fit — not only the editable install of ``make``."""
 import os
 import subprocess
