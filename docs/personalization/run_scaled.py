@@ -135,10 +135,12 @@ def main() -> int:
             chosen[(part, alg)] = (option, values[scores.index(max(scores))])
     if not args.dry_run:
         (args.out / "chosen.json").write_text(json.dumps({f"{p}/{a}": list(v) for (p, a), v in chosen.items()}))
-    # seed-major within a partition, longest partitions first: a run cut short still has whole seeds
-    order = sorted(args.parts, key=lambda part: -rounds[part])
+    # longest partitions first; among partitions of as many rounds, seed-major (seed 0 of each, then seed 1, ...):
+    # a run cut short still has whole seeds, and every partition its first ones
+    lengths = sorted(set(rounds.values()), reverse=True)
     main_cmds = [command(args.out, "runs", alg, seed, rounds[part], part, chosen.get((part, alg)), args.samples)
-                 for part in order for seed in seeds for alg in args.algs]
+                 for length in lengths for seed in seeds for part in args.parts if rounds[part] == length
+                 for alg in args.algs]
     if args.dry_run:
         for cmd in main_cmds:
             print(" ".join(cmd))
