@@ -6,7 +6,8 @@ to stdout and, when $OUT is set, to $OUT/bench_gpu.md.
     python benchmarks/bench_gpu.py --device cpu --quick   # a tiny dry run anywhere (2 clients, 2 presets)
 
 The round is bench_loop's (10 clients × 500 CIFAR-shaped samples, batch 50, one local epoch, data on the
-device). Measured: the plain loop, fl-lightning serial, batched (B = 10), batched with ``torch.compile``,
+device). Measured: the plain loop, fl-lightning serial, batched (B = 10), batched with ``torch.compile``
+(``model.client_runner batched_compiled``),
 and 100 clients in one batch (samples/s); the memory each client adds to a cohort (peak allocated at
 B = 100 minus B = 10, over 90); the paper's Table 3 setting (100 clients, 10 per round, E = 5) timed
 for a few rounds and projected to 1000 rounds (training only: evaluation not counted). Then every preset's
@@ -29,20 +30,9 @@ import torch
 from bench_loop import BATCH, LR, PER_CLIENT, WD, fl_rounds, make_data, plain_round
 from fl_lightning.algorithms import REGISTRY
 from fl_lightning.errors import ConfigError
-from fl_lightning.federation.batched import BatchedRunner
 from fl_lightning.models import LeNet5
 
 TABLE3_ROUNDS, TABLE3_EPOCHS, TABLE3_CLIENTS, TABLE3_PER_ROUND = 1000, 5, 100, 10
-
-
-class Compiled(pl.Callback):
-    """Swaps the loop's batched runner for one whose forward/backward is ``torch.compile``d."""
-
-    def on_train_epoch_start(self, trainer, module):
-        runner = module.loop.runner
-        if runner is not None and not getattr(runner, "compiled", False):
-            module.loop.runner = BatchedRunner(module.loop.local_trainer, runner.requested, compile=True)
-            module.loop.runner.compiled = True
 
 
 def peak_memory(device: torch.device, run) -> float:
@@ -98,7 +88,7 @@ def main() -> int:
     if not args.no_compile:
         try:
             rows.append(("fl-lightning, batched + torch.compile", clients,
-                         timed((x, y), client_runner="batched", callbacks=[Compiled()])))
+                         timed((x, y), client_runner="batched_compiled")))
         except Exception as err:  # a compiler failure is a result to report, not the end of the benchmark
             failures.append(f"batched + torch.compile failed: {type(err).__name__}: {str(err).splitlines()[0]}")
     large = peak_memory(device, lambda: rows.append((f"fl-lightning, batched, {many} clients in one batch", many,

@@ -6,7 +6,7 @@ SGD (lr 0.05, weight decay 1e-3). The FL side runs real rounds through a Lightni
 size and optimizer. Rounds of the two are interleaved and the median round time of each is
 compared, so machine noise hits both alike. Target: ratio ≥ 0.90.
 
-Compressed uploads (issues 10 and 20) are timed the same way: FedAvg rounds with Top-k (10 %, error
+Compressed uploads are timed the same way: FedAvg rounds with Top-k (10 %, error
 feedback), QSGD (s = 255, buckets of 512), EF-signSGD, DRIVE/EDEN (Hadamard rotation of the upload
 padded to 2^20) and PowerSGD (rank 2) against uncompressed FedAvg rounds.
 Target: at most 1.2× the uncompressed round.

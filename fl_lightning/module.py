@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import pickle
 import time
+import warnings
 from typing import Optional, Union
 
 import pytorch_lightning as pl
@@ -269,7 +270,9 @@ class FederatedModule(pl.LightningModule):
         if not (loss is None or math.isfinite(self._train_loss)) or not self.loop.is_finite():
             raise DivergenceError(f"round {round_idx + 1}: the training loss or the global model became NaN/inf "
                                   f"(train/loss={self._train_loss}); lower model.lr or model.server_lr")
-        self.lr_schedulers().step()
+        with warnings.catch_warnings():  # a runner that steps stacked rows (batched) never calls optimizer.step()
+            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
+            self.lr_schedulers().step()
         self._round_seconds = time.perf_counter() - started
         self._wall_seconds += self._round_seconds
         comm = self.loop.comm

@@ -12,7 +12,6 @@ from fl_lightning.resolve import resolve_part
 from fl_lightning.errors import ConfigError, check_accuracy
 from fl_lightning.federation.evaluation import evaluates_itself
 from fl_lightning.federation.parallel import check_parallel_clients
-from fl_lightning.federation.batched import check_batched
 from fl_lightning.federation.runners import RUNNERS
 from fl_lightning.federation.seams import SAMPLERS, SCHEDULES
 from fl_lightning.federation.trainer_path import local_trainer_options
@@ -145,10 +144,10 @@ def check_compatible(module, datamodule) -> None:
         check_network_fits(module.net, datamodule, module.flat.device)
     if module.hparams.parallel_clients > 1:
         check_parallel_clients(module.flat, module.local_loss, datamodule.clients, module.hparams.batch_size)
-    if module.hparams.get("client_runner") == "batched":
-        check_batched(module.flat, module.local_loss, datamodule.clients, module.hparams.batch_size,
-                      module.hparams.local_optimizer, module.local_trainer, module.hparams.parallel_clients,
-                      module.asynchronous is not None)
+    runner = module.hparams.get("client_runner", "serial")
+    RUNNERS[runner].check_fit(runner, module.flat, module.local_loss, datamodule.clients, module.hparams.batch_size,
+                              module.hparams.local_optimizer, module.local_trainer, module.hparams.parallel_clients,
+                              module.asynchronous is not None)
 
 
 SYSTEM_KEYS = ("system", "round_policy", "asynchronous")  # recorded as system_specs gives them

@@ -131,6 +131,7 @@ def imported_names(path: Path) -> set[str]:
 def test_no_comment_names_a_feature_by_its_tracker_number():
     """Comments and names say what a thing is, never which issue added it."""
     pattern = re.compile(r"\bissues? \d+", re.IGNORECASE)
-    found = [f"{path.relative_to(ROOT)}:{i}" for path in modules().values()
+    scripts = [path for folder in ("benchmarks", "tests", "examples", "docs") for path in (ROOT / folder).rglob("*.py")]
+    found = [f"{path.relative_to(ROOT)}:{i}" for path in [*modules().values(), *scripts]
              for i, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
     assert not found, found

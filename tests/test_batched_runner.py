@@ -4,6 +4,7 @@ with momentum, weight decay, two local epochs and partial last minibatches; the 
 cohort size B and bit-identical for the same seed; what it cannot batch refused in one line."""
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -11,11 +12,15 @@ import pytorch_lightning as pl
 import torch
 from torch import nn
 
+from fl_lightning import FederatedDataModule, FederatedModule
 from fl_lightning.algorithms import REGISTRY
+from fl_lightning.data import DataSplit
+from fl_lightning.data.images import ImageTransform
 from fl_lightning.errors import ConfigError
 from fl_lightning.federation.batched import check_batched
 from fl_lightning.federation.flat import FlatModel
 from fl_lightning.federation.toy import ToyFederation
+from fl_lightning.models import LeNet5
 from fl_lightning.module_options import resolve
 from fl_lightning.data.datamodule import ClientData
 
@@ -107,3 +112,53 @@ def test_the_command_line_refuses_in_one_line_with_exit_code_2(tmp_path):
         "fl-lightning: error: model.client_runner: batched cannot train this run: model.parallel_clients > 1 is "
         "the threads runner; use model.client_runner serial")
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_compiled_variant_is_the_batched_runner_by_its_own_name():
+    from fl_lightning.federation.batched import BatchedRunner, CompiledBatchedRunner
+    from fl_lightning.federation.runners import RUNNERS
+    assert RUNNERS["batched_compiled"] is CompiledBatchedRunner and issubclass(CompiledBatchedRunner, BatchedRunner)
+    assert CompiledBatchedRunner.compiles and not BatchedRunner.compiles
+    g = torch.Generator().manual_seed(0)
+    data = ClientData(torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g), [0, 4, 8])
+    loss = lambda module, x, y: nn.functional.cross_entropy(module(x), y)  # noqa: E731
+    with pytest.raises(ConfigError) as caught:
+        CompiledBatchedRunner.check_fit("batched_compiled", FlatModel(nn.Sequential(nn.Linear(6, 3), nn.Dropout(0.5))),
+                                        loss, data, 4, "sgd", None, 1, False)
+    assert str(caught.value).startswith("model.client_runner: batched_compiled cannot train this run: the network's "
+                                        "forward draws from torch's global random generator")
+
+
+def fit_on_augmented_images(tmp_path, runner: str):
+    """Two FedBCGD+ rounds in a real Trainer on 4 clients of uint8 images through the paper's transforms
+    (crop with padding, flip, normalisation on the device); the final global vector and the warnings."""
+    pl.seed_everything(0, verbose=False)
+    g = torch.Generator().manual_seed(3)
+    images = torch.randint(0, 256, (40, 3, 32, 32), dtype=torch.uint8, generator=g)
+    labels = torch.randint(0, 10, (40,), generator=g)
+    mean, std = (0.49, 0.48, 0.45), (0.25, 0.24, 0.26)
+    split = DataSplit(images[:32], labels[:32], images[32:], labels[32:], 10,
+                      train_transform=ImageTransform(mean, std, train=True), eval_transform=ImageTransform(mean, std))
+    sizes = [5, 9, 7, 11]  # batch 4: partial last minibatches of different sizes
+    offsets = [0, 5, 14, 21, 32]
+    data = FederatedDataModule.from_tensors(split, [torch.arange(a, b) for a, b in zip(offsets, offsets[1:])])
+    assert [b - a for a, b in zip(offsets, offsets[1:])] == sizes
+    torch.manual_seed(0)
+    module = FederatedModule(LeNet5(num_classes=10, in_channels=3), algorithm=resolve("fedbcgd_plus", None)[0],
+                             clients_per_round=4, batch_size=4, lr=0.05, client_momentum=0.5, client_runner=runner)
+    module.prints_summary = False
+    trainer = pl.Trainer(max_epochs=2, accelerator="cpu", logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+                         num_sanity_val_steps=0, default_root_dir=str(tmp_path / runner))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(module, data)
+    return module.global_vector.clone(), [str(w.message) for w in caught]
+
+
+def test_a_fit_on_augmented_images_equals_the_serial_runner_and_warns_nothing_of_the_lr_schedule(tmp_path):
+    serial, _ = fit_on_augmented_images(tmp_path, "serial")
+    batched, messages = fit_on_augmented_images(tmp_path, "batched")
+    assert relative(batched, serial) <= TOLERANCE
+    # the stacked SGD step replaces the local optimizer's step, which the lr schedule must not warn about
+    assert not [m for m in messages if "lr_scheduler.step()" in m]

@@ -142,7 +142,7 @@ def test_a_runner_registered_by_name_trains_a_real_fit(tmp_path, capsys):
     assert [r["train/loss"] for r in rows["own"]] == [r["train/loss"] for r in rows["serial"]]
     assert main([*args, "--model.client_runner", "recording"]) == 2
     assert capsys.readouterr().err.strip().endswith("model.client_runner: got 'recording'; choose one of serial, "
-                                                    "threads, batched")
+                                                    "threads, batched, batched_compiled")
 
 
 def test_a_sampler_registered_by_name_chooses_a_real_fits_clients(tmp_path, capsys):

@@ -98,7 +98,7 @@ def command(args, algorithm: str, rho: str, seed: int, name: str, budget: float,
             rounds=None) -> list[str]:
     cmd = [cli(), "fit", "--config", str(CONFIG).format(rho=rho), "--model.algorithm", algorithm,
            "--seed_everything", str(seed), "--data.dataset", "imagefolder", "--data.root", args.root,
-           "--data.download", "false", "--model.client_runner", "batched", "--model.max_upload_d", str(budget),
+           "--data.download", "false", "--model.client_runner", args.runner, "--model.max_upload_d", str(budget),
            "--model.eval_every_d", str(args.eval_every_d), "--trainer.check_val_every_n_epoch", "1",
            "--trainer.accelerator", args.accelerator, "--trainer.devices", "1",
            "--trainer.enable_progress_bar", "false", "--trainer.enable_checkpointing", "false",
@@ -155,6 +155,7 @@ def main() -> int:
     parser.add_argument("--rhos", default="0.1,0.6")
     parser.add_argument("--algorithms", default=",".join(ALGORITHMS))
     parser.add_argument("--accelerator", default="gpu")
+    parser.add_argument("--runner", default="batched", help="model.client_runner (batched_compiled: torch.compile'd)")
     parser.add_argument("--target", type=float, default=0.4, help="fl-lightning report's target test accuracy")
     parser.add_argument("--tiny", action="store_true", help="the CI size (5 clients × 10 images, E = 1)")
     parser.add_argument("--seconds_per_round", type=float, help="skip the calibration: this FedAvg round time")

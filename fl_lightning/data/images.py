@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
@@ -36,6 +36,7 @@ class ImageTransform:
     flip: bool = True
     image_size: Optional[int] = None
     interpolation: str = "bilinear"  # of the resize; timm models say which (e.g. bicubic)
+    _on_device: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __call__(self, x: torch.Tensor, generator: Optional[torch.Generator] = None) -> torch.Tensor:
         """Augmentation draws from ``generator`` (on x's device), else from torch's global RNG."""
@@ -47,9 +48,17 @@ class ImageTransform:
             x = torch.where(flip, x.flip(3), x)
         if self.image_size is not None and x.shape[-1] != self.image_size:
             x = F.interpolate(x, size=(self.image_size, self.image_size), mode=self.interpolation, align_corners=False)
-        mean = torch.tensor(self.mean, device=x.device).view(1, -1, 1, 1)
-        std = torch.tensor(self.std, device=x.device).view(1, -1, 1, 1)
+        mean, std = self._statistics(x.device)
         return (x - mean) / std
+
+    def _statistics(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """mean and std as [1, C, 1, 1] tensors on ``device``, made once per device: a tensor made from a
+        tuple on a GPU is a host-to-device copy that waits for the device, once per minibatch otherwise."""
+        cached = self._on_device.get(device)
+        if cached is None:
+            cached = self._on_device[device] = (torch.tensor(self.mean, device=device).view(1, -1, 1, 1),
+                                                torch.tensor(self.std, device=device).view(1, -1, 1, 1))
+        return cached
 
 
 def random_crop(x: torch.Tensor, padding: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:

@@ -51,8 +51,9 @@ class _LossOf(nn.Module):
 
 
 def check_batched(flat, loss_fn: Callable, clients, batch_size: int, local_optimizer: str, local_trainer,
-                  parallel_clients: int, asynchronous: bool = False) -> None:
-    """Refuses, in one line naming the reason, what the batched runner cannot train as the serial one does."""
+                  parallel_clients: int, asynchronous: bool = False, name: str = "batched") -> None:
+    """Refuses, in one line naming the reason, what the batched runner (``model.client_runner name``) cannot
+    train as the serial one does."""
     if is_lightning(flat.net):
         reason = "the network is a LightningModule whose training_step may keep its own state"
     elif local_trainer is not None:
@@ -71,7 +72,7 @@ def check_batched(flat, loss_fn: Callable, clients, batch_size: int, local_optim
             return
         except ConfigError:
             reason = "the network's forward draws from torch's global random generator (e.g. dropout)"
-    raise ConfigError(FIELD, f"batched cannot train this run: {reason}; use model.client_runner serial")
+    raise ConfigError(FIELD, f"{name} cannot train this run: {reason}; use model.client_runner serial")
 
 
 def cohort_size(requested: Optional[int], clients: int, numel: int, device: torch.device) -> int:
@@ -97,9 +98,17 @@ class BatchedRunner(ClientRunner):
         compile: ``torch.compile`` the batched forward/backward.
     """
 
+    compiles = False
+
     @classmethod
     def from_options(cls, trainer: LocalTrainer, parallel_clients: int, cohort_size: Optional[int]) -> ClientRunner:
-        return cls(trainer, cohort_size)
+        return cls(trainer, cohort_size, compile=cls.compiles)
+
+    @classmethod
+    def check_fit(cls, name, flat, loss_fn, clients, batch_size, local_optimizer, local_trainer, parallel_clients,
+                  asynchronous) -> None:
+        check_batched(flat, loss_fn, clients, batch_size, local_optimizer, local_trainer, parallel_clients,
+                      asynchronous, name)
 
     def __init__(self, main: LocalTrainer, cohort: Optional[int] = None, compile: bool = False):
         super().__init__(main)
@@ -112,12 +121,23 @@ class BatchedRunner(ClientRunner):
         self._segments = [s for s in flat.segments if s.is_param]
         self._module = _LossOf(flat.net, main.loss_fn)
         gradients = vmap(grad_and_value(self._loss))
-        self._gradients = torch.compile(gradients) if compile else gradients
+        self._vmapped = torch.compile(gradients) if compile else gradients
         self.cohort = 0  # B of the last round
 
-    def _loss(self, row: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        params = {f"net.{s.name}": row[s.start:s.stop].view(s.shape) for s in self._segments}
+    def _loss(self, params: dict, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return functional_call(self._module, params, (x, y))
+
+    def _gradients(self, rows: torch.Tensor, x: torch.Tensor, y: torch.Tensor, out: Optional[torch.Tensor] = None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        """∇ [k, d] (into ``out`` when given) and loss [k] of the k ``rows``. vmap differentiates each
+        parameter's own [k, ...] view of the rows (not views of one row inside vmap: their backward would
+        scatter every parameter's gradient into a zero row of d floats) and the gradients are concatenated
+        once, in the flat layout's order."""
+        k = rows.shape[0]
+        params = {f"net.{s.name}": rows[:, s.start:s.stop].view(k, *s.shape) for s in self._segments}
+        grads, loss = self._vmapped(params, x, y)
+        flat = [grads[name].flatten(1) for name in params]
+        return (torch.cat(flat, dim=1) if out is None else torch.cat(flat, dim=1, out=out)), loss
 
     # -- the ClientRunner interface --------------------------------------------------------
     def run(self, positions: list[int], plan: RoundContext) -> Iterator[tuple[int, tuple]]:
@@ -206,3 +226,11 @@ class BatchedRunner(ClientRunner):
         self.trainer.end_client(client)
         client.keep_final_model()
         return client, loss_sum, RecordedLogs()
+
+
+@RUNNERS.register("batched_compiled")
+class CompiledBatchedRunner(BatchedRunner):
+    """``BatchedRunner`` with the cohort's forward/backward ``torch.compile``d: for a GPU, where a round is
+    bound by kernel launches (docs/scale_out.md); compiling takes about a minute, once per minibatch size."""
+
+    compiles = True

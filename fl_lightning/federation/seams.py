@@ -124,6 +124,12 @@ class ClientRunner(Part):
         """The runner ``model.client_runner NAME`` builds, with the fit's ``parallel_clients`` and ``cohort_size``."""
         return cls(trainer)
 
+    @classmethod
+    def check_fit(cls, name: str, flat, loss_fn, clients, batch_size: int, local_optimizer: str, local_trainer,
+                  parallel_clients: int, asynchronous: bool) -> None:
+        """Refuses, in one ConfigError naming ``model.client_runner NAME``, a fit this runner cannot train as the
+        serial runner does; called before the fit's first round (default: every fit is fine)."""
+
     def run(self, positions: list[int], plan: RoundContext) -> Iterator[Trained]:
         raise NotImplementedError
 

@@ -31,7 +31,8 @@ class Stack:
     """The stacked rows of one cohort.
 
     Args:
-        gradients: ``(rows [k, d], x [k, b, ...], y [k, b]) → (∇ [k, d], loss [k])``, vmapped.
+        gradients: ``(rows [k, d], x [k, b, ...], y [k, b], out=None) → (∇ [k, d], loss [k])``, vmapped; ∇
+            written into ``out`` when given.
         global_vector: x^r; every row starts there.
         momentum: SGD momentum (0: no buffers).
         replays: keep ∇f_i(x^r; ζ) of every minibatch (``ClientContext.gradient_at_global``).
@@ -48,12 +49,14 @@ class Stack:
         self.losses = torch.zeros(clients, device=self.models.device)
         self.at_global = torch.zeros_like(self.grads) if replays else None
         self.full: Optional[torch.Tensor] = None  # ∇f_i(x^r), once an algorithm asked for it
+        self._indices: dict[tuple, torch.Tensor] = {}
 
-    def _call(self, weights: torch.Tensor, batches: list[tuple]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _call(self, weights: torch.Tensor, batches: list[tuple], out: Optional[torch.Tensor] = None
+              ) -> tuple[torch.Tensor, torch.Tensor]:
         xb = torch.stack([batch[0] for batch in batches])
         yb = torch.stack([batch[1] for batch in batches])
         with self._forward_context(), contiguous_inputs(self._net):
-            return self._gradients(weights, xb, yb)
+            return self._gradients(weights, xb, yb, out=out)
 
     @staticmethod
     def _by_size(batches: list[tuple]) -> dict[int, list[int]]:
@@ -67,7 +70,16 @@ class Stack:
         """None when ``rows`` is the whole cohort (in order), else their index tensor."""
         if len(rows) == self.models.shape[0]:
             return None
-        return torch.tensor(rows, device=self.models.device)
+        return self._index(rows)
+
+    def _index(self, rows: list[int]) -> torch.Tensor:
+        """``rows`` as an index tensor on the rows' device, made once per set of rows (a cohort has a few:
+        all, then fewer as clients finish): on a GPU each is a host-to-device copy that waits for the device."""
+        key = tuple(rows)
+        index = self._indices.get(key)
+        if index is None:
+            index = self._indices[key] = torch.tensor(rows, device=self.models.device)
+        return index
 
     def forward_backward(self, batches: list[tuple], rows: list[int]) -> None:
         """∇f_i(y_i; ζ_i) into G's ``rows`` and the losses added (and ∇f_i(x^r; ζ_i) with replays)."""
@@ -76,16 +88,15 @@ class Stack:
             group = [rows[i] for i in members]
             index = self._rows(group)
             weights = self.models[:, :d] if index is None else self.models[index, :d]
-            grads, loss = self._call(weights, [batches[i] for i in members])
+            grads, loss = self._call(weights, [batches[i] for i in members], out=self.grads if index is None else None)
             if index is None:
-                self.grads.copy_(grads)
                 self.losses.add_(loss.detach().float())
             else:
                 self.grads.index_copy_(0, index, grads.to(self.grads.dtype))
                 self.losses.index_add_(0, index, loss.detach().float())
             if self.at_global is not None:
                 at_global, _ = self._call(self.global_params.expand(len(group), d), [batches[i] for i in members])
-                self.at_global.index_copy_(0, torch.tensor(group, device=self.models.device), at_global)
+                self.at_global.index_copy_(0, self._index(group), at_global)
 
     def add_full_gradient(self, batches: list[tuple], rows: list[int]) -> None:
         """``full[row] += ∇f_i(x^r; batch) · len(batch)/n_i`` for one batch (x, y, n_i) of each of ``rows``."""
