@@ -8,7 +8,9 @@ to stdout and, when $OUT is set, to $OUT/bench_gpu.md.
 The round is bench_loop's (10 clients × 500 CIFAR-shaped samples, batch 50, one local epoch, data on the
 device). Measured: the plain loop, fl-lightning serial, batched (B = 10), batched with ``torch.compile``
 (``model.client_runner batched_compiled``),
-and 100 clients in one batch (samples/s); the memory each client adds to a cohort (peak allocated at
+on a GPU the same compiled with CUDA graphs (``batched_graphed``, an experiment registered here), and 100 clients
+in one batch (samples/s); where the serial and batched rounds' time goes (benchmarks/profile_round.py: GPU busy
+against wall, the host's time by phase); the memory each client adds to a cohort (peak allocated at
 B = 100 minus B = 10, over 90); the paper's Table 3 setting (100 clients, 10 per round, E = 5) timed
 for a few rounds and projected to 1000 rounds (training only: evaluation not counted). Then every preset's
 round, serial and batched (``--preset-repeats`` timed rounds each); a preset that refuses LeNet-5 (FedBN: no
@@ -18,21 +20,30 @@ within ``--budget-s`` seconds are listed as not timed, so the script ends within
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import statistics
 import time
-import warnings
 
-import pytorch_lightning as pl
 import torch
 
-from bench_loop import BATCH, LR, PER_CLIENT, WD, fl_rounds, make_data, plain_round
+from bench_loop import BATCH, LR, PER_CLIENT, WD, fl_rounds, make_data, plain_round, quiet
 from fl_lightning.algorithms import REGISTRY
 from fl_lightning.errors import ConfigError
+from fl_lightning.federation.batched import BatchedRunner
+from fl_lightning.federation.seams import RUNNERS
 from fl_lightning.models import LeNet5
+from profile_round import breakdown
 
 TABLE3_ROUNDS, TABLE3_EPOCHS, TABLE3_CLIENTS, TABLE3_PER_ROUND = 1000, 5, 100, 10
+
+
+@RUNNERS.register("batched_graphed")
+class GraphedBatchedRunner(BatchedRunner):
+    """An experiment, not (yet) a runner of the library: the cohort's forward/backward compiled with
+    ``mode="reduce-overhead"``, which replays it as a CUDA graph (one launch instead of one per kernel) where
+    ``batched_compiled`` launches inductor's kernels one by one. Timed here; promoted once measured."""
+
+    compile_options = {"mode": "reduce-overhead"}
 
 
 def peak_memory(device: torch.device, run) -> float:
@@ -54,14 +65,13 @@ def main() -> int:
     parser.add_argument("--presets", default=",".join(name for name in REGISTRY if name != "centralized"))
     parser.add_argument("--preset-repeats", type=int, default=2, help="timed rounds per preset and runner")
     parser.add_argument("--budget-s", type=float, default=270.0, help="presets not started after this are listed")
-    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile case")
+    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile cases")
+    parser.add_argument("--no-profile", action="store_true", help="skip where the serial and batched rounds' time goes")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         print("bench_gpu: no CUDA device here; nothing timed (run it where a GPU is, or --device cpu --quick)")
         return 2
-    warnings.filterwarnings("ignore")
-    logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
-    pl.seed_everything(0, verbose=False)
+    quiet()
     device, started = torch.device(args.device), time.perf_counter()
     clients, many = (2, 4) if args.quick else (10, 100)
     presets = "fedavg,fedbn" if args.quick else args.presets
@@ -91,6 +101,14 @@ def main() -> int:
                          timed((x, y), client_runner="batched_compiled")))
         except Exception as err:  # a compiler failure is a result to report, not the end of the benchmark
             failures.append(f"batched + torch.compile failed: {type(err).__name__}: {str(err).splitlines()[0]}")
+    if device.type == "cuda" and not args.no_compile:
+        try:
+            rows.append(("fl-lightning, batched + torch.compile reduce-overhead (CUDA graphs; experiment)", clients,
+                         timed((x, y), client_runner="batched_graphed")))
+        except Exception as err:
+            failures.append(f"batched + CUDA graphs failed: {type(err).__name__}: {str(err).splitlines()[0]}")
+    profiles = [] if args.no_profile else [
+        breakdown(x, y, accelerator, client_runner=runner) for runner in ("serial", "batched")]
     large = peak_memory(device, lambda: rows.append((f"fl-lightning, batched, {many} clients in one batch", many,
                                                      timed((big_x, big_y), client_runner="batched"))))
     per_client = (large - small) / (many - clients)
@@ -115,6 +133,8 @@ def main() -> int:
         lines.append(f"Table 3 setting, batched + torch.compile, scaled from its E = 1 round of {clients} clients × "
                      f"{TABLE3_EPOCHS}: {compiled[0] * TABLE3_EPOCHS * 1e3:.0f} ms a round → {TABLE3_ROUNDS} rounds ≈ "
                      f"{compiled[0] * TABLE3_EPOCHS * TABLE3_ROUNDS / 60:.1f} min")
+    for profile in profiles:
+        lines += [""] + profile
     lines += ["", "| preset | serial round (ms) | batched round (ms) | serial / batched |", "| --- | --- | --- | --- |"]
     for name in presets.split(","):
         if time.perf_counter() - started > args.budget_s:

@@ -51,6 +51,13 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def quiet() -> None:
+    """A benchmark's fits: no warnings or Lightning info lines, torch seeded (0)."""
+    warnings.filterwarnings("ignore")
+    logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
+    pl.seed_everything(0, verbose=False)
+
+
 def make_data(clients: int = CLIENTS, per_client: int = PER_CLIENT):
     g = torch.Generator().manual_seed(0)
     x = torch.randn(clients * per_client, 3, 32, 32, generator=g)
@@ -104,9 +111,7 @@ def main() -> None:
     parser.add_argument("--codecs", nargs="*", default=list(CODECS), choices=CODECS,
                         help="the compressed-upload presets timed (default: all)")
     args = parser.parse_args()
-    warnings.filterwarnings("ignore")
-    logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
-    pl.seed_everything(0, verbose=False)
+    quiet()
     x, y = make_data()
     model = LeNet5()
     optimizer = torch.optim.SGD(model.parameters(), lr=LR, weight_decay=WD)

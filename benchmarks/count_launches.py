@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import argparse
 import collections
-import logging
 import traceback
-import warnings
 from pathlib import Path
 
 import pytorch_lightning as pl
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import bench_loop
-from bench_loop import fl_rounds, make_data
+from bench_loop import fl_rounds, make_data, quiet
 
 ROOT = Path(__file__).resolve().parents[1]
 VIEWS = {"view", "_unsafe_view", "slice", "expand", "t", "transpose", "as_strided", "unsqueeze", "squeeze",
@@ -66,9 +64,7 @@ def main() -> int:
     parser.add_argument("--per-client", type=int, default=bench_loop.PER_CLIENT)
     parser.add_argument("--top", type=int, default=12, help="source lines listed")
     args = parser.parse_args()
-    warnings.filterwarnings("ignore")
-    logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
-    pl.seed_everything(0, verbose=False)
+    quiet()
     bench_loop.PER_CLIENT = args.per_client  # fl_rounds splits the clients by it
     x, y = make_data(args.clients, args.per_client)
     counter = Counter()

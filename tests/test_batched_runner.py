@@ -118,7 +118,7 @@ def test_the_compiled_variant_is_the_batched_runner_by_its_own_name():
     from fl_lightning.federation.batched import BatchedRunner, CompiledBatchedRunner
     from fl_lightning.federation.runners import RUNNERS
     assert RUNNERS["batched_compiled"] is CompiledBatchedRunner and issubclass(CompiledBatchedRunner, BatchedRunner)
-    assert CompiledBatchedRunner.compiles and not BatchedRunner.compiles
+    assert CompiledBatchedRunner.compile_options == {} and BatchedRunner.compile_options is None
     g = torch.Generator().manual_seed(0)
     data = ClientData(torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g), [0, 4, 8])
     loss = lambda module, x, y: nn.functional.cross_entropy(module(x), y)  # noqa: E731
@@ -127,6 +127,34 @@ def test_the_compiled_variant_is_the_batched_runner_by_its_own_name():
                                         loss, data, 4, "sgd", None, 1, False)
     assert str(caught.value).startswith("model.client_runner: batched_compiled cannot train this run: the network's "
                                         "forward draws from torch's global random generator")
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedbcgd_plus"])  # FedBCGD+: ∇f_i(x^r; ζ) at every step too
+def test_a_compiled_cohort_is_compiled_once_per_minibatch_size_and_equals_the_eager_one(tmp_path, name):
+    """The compiled runner calls its function on the whole cohort (finished clients on a filler batch, their rows
+    dropped) and on x^r laid out as Y, so torch.compile specialises on the minibatch size alone: the toy clients'
+    sizes (4, 3, 1, 2) give 4 graphs, where clients finishing one by one and x^r's stride-0 rows gave more than
+    dynamo's limit of 8 (it then runs the function uncompiled). ``aot_eager``: dynamo and AOTAutograd without
+    inductor's minute of code generation; the numbers equal the eager runner's bit for bit."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    from fl_lightning.federation.batched import BatchedRunner
+    from fl_lightning.federation.runners import RUNNERS
+    counter = CompileCounterWithBackend("aot_eager")
+    runner = f"test_counted_{name}"
+
+    @RUNNERS.register(runner)
+    class Counted(BatchedRunner):
+        compile_options = {"backend": counter}
+
+    try:
+        torch._dynamo.reset()
+        compiled = global_after_two_rounds(tmp_path, name, runner)
+    finally:
+        del RUNNERS[runner]
+        torch._dynamo.reset()
+    assert counter.frame_count == len({n % 4 or 4 for n in SIZES}) == 4
+    assert torch.equal(compiled, global_after_two_rounds(tmp_path, name, "batched"))
 
 
 def fit_on_augmented_images(tmp_path, runner: str):

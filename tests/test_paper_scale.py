@@ -1,11 +1,12 @@
 """docs/paper_scale/run.py at the CI size: a packed ImageFolder tree unpacked and read through data.dataset
-imagefolder, two algorithms trained with the batched runner to the same upload budget, the report written."""
+imagefolder, two algorithms and an arm (FedBCGD+ without SVRG) trained with the batched runner to the same upload budget, the report written."""
 import csv
 import subprocess
 import sys
 from pathlib import Path
 
 import torch
+import yaml
 from torchvision.io import encode_jpeg, write_file
 
 SCRIPT = Path(__file__).resolve().parents[1] / "docs" / "paper_scale" / "run.py"
@@ -27,20 +28,35 @@ def test_the_paper_scale_script_runs_the_grid_at_a_tiny_size(tmp_path):
                    check=True, capture_output=True)
     done = subprocess.run([sys.executable, str(SCRIPT), "--data", str(tmp_path / "c.pack"), "--out",
                            str(tmp_path / "out"), "--tiny", "--jobs", "2", "--seeds", "0", "--rhos", "0.6",
-                           "--algorithms", "fedavg,fedbcgd_plus", "--budget_d", "2", "--eval_every_d", "1",
+                           "--algorithms", "fedavg,fedbcgd_plus,fedbcgd_plus_no_svrg", "--budget_d", "2", "--eval_every_d", "1",
                            "--accelerator", "cpu", "--seconds_per_round", "0.5", "--target", "0.5"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "rounds {'fedavg': 2, 'fedbcgd_plus': 4}; 500 ms a FedAvg round" in done.stdout
-    assert "2 of 2 runs done" in done.stdout
+    assert "rounds {'fedavg': 2, 'fedbcgd_plus': 4, 'fedbcgd_plus_no_svrg': 4}; 500 ms a FedAvg round" in done.stdout
+    assert "3 of 3 runs done" in done.stdout
     assert (tmp_path / "c.pack.d" / "train" / "cat" / "0.jpg").read_bytes() == \
         (tmp_path / "folder" / "train" / "cat" / "0.jpg").read_bytes()
-    for name in ("fedavg_seed0", "fedbcgd_plus_seed0"):  # each stopped at the round that reached the budget
+    for name in ("fedavg_seed0", "fedbcgd_plus_seed0", "fedbcgd_plus_no_svrg_seed0"):  # each stopped at the budget
         (metrics,) = (tmp_path / "out" / "rho0.6" / name).rglob("metrics.csv")
         with open(metrics) as f:
             uploaded = [float(row["comm/upload_d"]) for row in csv.DictReader(f) if row.get("comm/upload_d")]
         assert uploaded[-1] >= 2.0 > uploaded[-2]
     assert "fedbcgd_plus_seed0" in (tmp_path / "out" / "rho0.6" / "report.md").read_text()
+    reductions = {name: yaml.safe_load(next((tmp_path / "out" / "rho0.6" / name).rglob("config.yaml")).read_text())
+                  ["model"]["algorithm"]["init_args"]["variance_reduction"]
+                  for name in ("fedbcgd_plus_seed0", "fedbcgd_plus_no_svrg_seed0")}
+    assert reductions == {"fedbcgd_plus_seed0": None, "fedbcgd_plus_no_svrg_seed0": False}  # None: on, the default
+
+
+def test_an_unknown_algorithm_or_arm_is_one_line_and_exit_2_before_anything_is_written(tmp_path):
+    done = subprocess.run([sys.executable, str(SCRIPT), "--data", str(tmp_path / "missing.pack"), "--out",
+                           str(tmp_path / "out"), "--algorithms", "fedavg,fedbcgd_plus_no_svgr"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "run.py: error: --algorithms: fedbcgd_plus_no_svgr is neither a registered algorithm nor an arm "
+        "(fedbcgd_plus_no_svrg); fix the name"]
+    assert not (tmp_path / "out").exists()
 
 
 def test_summarise_tables_the_kept_h200_runs_at_equal_floats():

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import ALGORITHMS  # noqa: E402  (the grid's algorithms, in the grid's order)
+from run import ALGORITHMS, ARMS  # noqa: E402  (the grid's algorithms and arms, in the grid's order)
 
 KEPT = Path(__file__).resolve().parent / "runs" / "rho0.1"
 
@@ -47,7 +47,8 @@ def table(root: Path, budgets: list[float]) -> str:
     runs: dict[str, list[list[dict]]] = {}
     for metrics in sorted(root.glob("*_seed*/version_*/metrics.csv")):
         runs.setdefault(metrics.relative_to(root).parts[0].rsplit("_seed", 1)[0], []).append(curve(metrics))
-    order = sorted(runs, key=lambda name: (ALGORITHMS.index(name) if name in ALGORITHMS else len(ALGORITHMS), name))
+    known = ALGORITHMS + tuple(ARMS)
+    order = sorted(runs, key=lambda name: (known.index(name) if name in known else len(known), name))
     lines = ["| algorithm | seeds | upload reached (d) | " + " | ".join(f"val/acc at {b:g} d" for b in budgets) + " |",
              "|---|---|---|" + "---|" * len(budgets)]
     for name in order:

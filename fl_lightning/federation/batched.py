@@ -95,14 +95,14 @@ class BatchedRunner(ClientRunner):
         main: the loop's own trainer: its loss, data, config, callbacks, optimizer settings and, for
             ∇f_i(x^r) and ∇f_i(x^r; ζ), its working model (which holds x^r while clients train).
         cohort: B, or None (``cohort_size``).
-        compile: ``torch.compile`` the batched forward/backward.
+        compile_options: ``torch.compile`` the batched forward/backward with these options (None: run it eagerly).
     """
 
-    compiles = False
+    compile_options: Optional[dict] = None
 
     @classmethod
     def from_options(cls, trainer: LocalTrainer, parallel_clients: int, cohort_size: Optional[int]) -> ClientRunner:
-        return cls(trainer, cohort_size, compile=cls.compiles)
+        return cls(trainer, cohort_size, cls.compile_options)
 
     @classmethod
     def check_fit(cls, name, flat, loss_fn, clients, batch_size, local_optimizer, local_trainer, parallel_clients,
@@ -110,7 +110,7 @@ class BatchedRunner(ClientRunner):
         check_batched(flat, loss_fn, clients, batch_size, local_optimizer, local_trainer, parallel_clients,
                       asynchronous, name)
 
-    def __init__(self, main: LocalTrainer, cohort: Optional[int] = None, compile: bool = False):
+    def __init__(self, main: LocalTrainer, cohort: Optional[int] = None, compile_options: Optional[dict] = None):
         super().__init__(main)
         self.requested = cohort
         self.callbacks = main.callbacks
@@ -121,7 +121,7 @@ class BatchedRunner(ClientRunner):
         self._segments = [s for s in flat.segments if s.is_param]
         self._module = _LossOf(flat.net, main.loss_fn)
         gradients = vmap(grad_and_value(self._loss))
-        self._vmapped = torch.compile(gradients) if compile else gradients
+        self._vmapped = gradients if compile_options is None else torch.compile(gradients, **compile_options)
         self.cohort = 0  # B of the last round
 
     def _loss(self, params: dict, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -159,7 +159,7 @@ class BatchedRunner(ClientRunner):
         group = main.optimizer.param_groups[0]
         lr, wd, momentum = group["lr"], group.get("weight_decay", 0.0), group.get("momentum", 0.0)
         stack = Stack(self._gradients, main.global_vector, len(tasks), main.flat.num_params, momentum,
-                      self._replays, main.forward_context, main.flat.net)
+                      self._replays, main.forward_context, main.flat.net, pad=self.compile_options is not None)
         clients = []
         for row, task in enumerate(tasks):
             weight = task.num_samples if main.config.weighted_aggregation else 1.0
@@ -233,4 +233,4 @@ class CompiledBatchedRunner(BatchedRunner):
     """``BatchedRunner`` with the cohort's forward/backward ``torch.compile``d: for a GPU, where a round is
     bound by kernel launches (docs/scale_out.md); compiling takes about a minute, once per minibatch size."""
 
-    compiles = True
+    compile_options = {}

@@ -36,10 +36,12 @@ class Stack:
         global_vector: x^r; every row starts there.
         momentum: SGD momentum (0: no buffers).
         replays: keep ∇f_i(x^r; ζ) of every minibatch (``ClientContext.gradient_at_global``).
+        pad: every call over the whole cohort (``_call_group``), for a compiled ``gradients``.
     """
 
     def __init__(self, gradients: Callable, global_vector: torch.Tensor, clients: int, num_params: int,
-                 momentum: float, replays: bool, forward_context: Callable[[], ContextManager], net: nn.Module):
+                 momentum: float, replays: bool, forward_context: Callable[[], ContextManager], net: nn.Module,
+                 pad: bool = False):
         self._gradients, self._forward_context, self._net = gradients, forward_context, net
         self.global_params = global_vector[:num_params]
         self.models = global_vector.unsqueeze(0).repeat(clients, 1)  # Y: every row y ← x^r
@@ -50,6 +52,8 @@ class Stack:
         self.at_global = torch.zeros_like(self.grads) if replays else None
         self.full: Optional[torch.Tensor] = None  # ∇f_i(x^r), once an algorithm asked for it
         self._indices: dict[tuple, torch.Tensor] = {}
+        self.pad = pad
+        self._global_rows: Optional[torch.Tensor] = None
 
     def _call(self, weights: torch.Tensor, batches: list[tuple], out: Optional[torch.Tensor] = None
               ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -57,6 +61,33 @@ class Stack:
         yb = torch.stack([batch[1] for batch in batches])
         with self._forward_context(), contiguous_inputs(self._net):
             return self._gradients(weights, xb, yb, out=out)
+
+    def _call_group(self, batches: list[tuple], group: list[int], at_global: bool = False,
+                    out: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """∇ [len(group), d] and loss of the clients in ``group`` (cohort rows, ascending) on their ``batches``, at
+        their own rows of Y or, with ``at_global``, at x^r. Padded, every row of the cohort is computed (the others
+        on the group's first batch) and the group's rows are taken: the function sees one cohort size, so a
+        compiled one is compiled once per minibatch size, not once per (clients still training, size)."""
+        d, cohort = self.grads.shape[1], self.models.shape[0]
+        whole = len(group) == cohort
+        if not self.pad or whole:
+            if at_global:
+                weights = self.global_rows if whole and self.pad else self.global_params.expand(len(group), d)
+            else:
+                weights = self.models[:, :d] if whole else self.models[self._index(group), :d]
+            return self._call(weights, batches, out=out)
+        by_row = dict(zip(group, batches))
+        padded = [by_row.get(row, batches[0]) for row in range(cohort)]
+        grads, loss = self._call(self.global_rows if at_global else self.models[:, :d], padded)
+        index = self._index(group)
+        return grads.index_select(0, index), loss.index_select(0, index)
+
+    @property
+    def global_rows(self) -> torch.Tensor:
+        """x^r as a row per client, laid out as Y (a compiled function is specialised on its inputs' strides too)."""
+        if self._global_rows is None:
+            self._global_rows = self.global_params.expand(self.models.shape[0], -1).clone()
+        return self._global_rows
 
     @staticmethod
     def _by_size(batches: list[tuple]) -> dict[int, list[int]]:
@@ -83,27 +114,25 @@ class Stack:
 
     def forward_backward(self, batches: list[tuple], rows: list[int]) -> None:
         """∇f_i(y_i; ζ_i) into G's ``rows`` and the losses added (and ∇f_i(x^r; ζ_i) with replays)."""
-        d = self.grads.shape[1]
         for members in self._by_size(batches).values():
             group = [rows[i] for i in members]
             index = self._rows(group)
-            weights = self.models[:, :d] if index is None else self.models[index, :d]
-            grads, loss = self._call(weights, [batches[i] for i in members], out=self.grads if index is None else None)
+            batch = [batches[i] for i in members]
+            grads, loss = self._call_group(batch, group, out=self.grads if index is None else None)
             if index is None:
                 self.losses.add_(loss.detach().float())
             else:
                 self.grads.index_copy_(0, index, grads.to(self.grads.dtype))
                 self.losses.index_add_(0, index, loss.detach().float())
             if self.at_global is not None:
-                at_global, _ = self._call(self.global_params.expand(len(group), d), [batches[i] for i in members])
+                at_global, _ = self._call_group(batch, group, at_global=True)
                 self.at_global.index_copy_(0, self._index(group), at_global)
 
     def add_full_gradient(self, batches: list[tuple], rows: list[int]) -> None:
         """``full[row] += ∇f_i(x^r; batch) · len(batch)/n_i`` for one batch (x, y, n_i) of each of ``rows``."""
-        d = self.grads.shape[1]
         for members in self._by_size(batches).values():
             group = [rows[i] for i in members]
-            grads, _ = self._call(self.global_params.expand(len(group), d), [batches[i][:2] for i in members])
+            grads, _ = self._call_group([batches[i][:2] for i in members], group, at_global=True)
             for k, (i, row) in enumerate(zip(members, group)):
                 self.full[row].add_(grads[k], alpha=len(batches[i][1]) / batches[i][2])
 
