@@ -70,17 +70,17 @@ class Stack:
         compiled one is compiled once per minibatch size, not once per (clients still training, size)."""
         d, cohort = self.grads.shape[1], self.models.shape[0]
         whole = len(group) == cohort
-        if not self.pad or whole:
-            if at_global:
-                weights = self.global_rows if whole and self.pad else self.global_params.expand(len(group), d)
-            else:
-                weights = self.models[:, :d] if whole else self.models[self._index(group), :d]
-            return self._call(weights, batches, out=out)
-        by_row = dict(zip(group, batches))
-        padded = [by_row.get(row, batches[0]) for row in range(cohort)]
-        grads, loss = self._call(self.global_rows if at_global else self.models[:, :d], padded)
-        index = self._index(group)
-        return grads.index_select(0, index), loss.index_select(0, index)
+        if self.pad and not whole:
+            by_row = dict(zip(group, batches))
+            padded = [by_row.get(row, batches[0]) for row in range(cohort)]
+            grads, loss = self._call(self.global_rows if at_global else self.models[:, :d], padded)
+            index = self._index(group)
+            return grads.index_select(0, index), loss.index_select(0, index)
+        if at_global:
+            weights = self.global_rows if self.pad else self.global_params.expand(len(group), d)
+        else:
+            weights = self.models[:, :d] if whole else self.models[self._index(group), :d]
+        return self._call(weights, batches, out=out)
 
     @property
     def global_rows(self) -> torch.Tensor:
