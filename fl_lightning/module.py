@@ -38,7 +38,7 @@ from fl_lightning.federation.user_module import (LoggedValues, is_lightning, los
 from fl_lightning.module_options import check_compatible, check_trainer, settle_options
 from fl_lightning.runs.python_api import prepare, steps_word, summary
 from fl_lightning.federation.round_log import RoundLog
-from fl_lightning.runs.files import append_rows, run_dirs, wandb_id, write_start_files
+from fl_lightning.runs.files import append_rows, define_round_keys, keep_metrics_csv, run_dirs, wandb_id, write_start_files
 from fl_lightning.runs.plot import write_curve
 from fl_lightning.federation.seeding import run_seed
 from fl_lightning.assembly.callbacks import check_before_fit
@@ -314,8 +314,13 @@ class FederatedModule(pl.LightningModule):
             for part in self.loop.parts().values():
                 for name, columns, rows in part.files():
                     append_rows(run_dirs(self.trainer), name, columns, rows)
-        return self.rounds.write(row, self.loop.comm.upload_d, self.current_epoch, self.trainer.loggers,
-                                 evaluated=bool(self.evaluation.metrics))
+        if self.trainer.is_global_zero:
+            define_round_keys(self.trainer.loggers, {**row, "comm/upload_d_at_target": None})  # W&B's x-axis
+        row = self.rounds.write(row, self.loop.comm.upload_d, self.current_epoch, self.trainer.loggers,
+                                evaluated=bool(self.evaluation.metrics))
+        if self.trainer.is_global_zero:
+            keep_metrics_csv(self.trainer, row, self.current_epoch)  # a fit without a CSVLogger (W&B) too
+        return row
 
     # -- evaluation of the global model ------------------------------------------------------
     def on_validation_epoch_start(self):

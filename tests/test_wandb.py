@@ -1,4 +1,5 @@
 """W&B offline: real run files, with comm/upload_d as the x-axis of every round metric."""
+import csv
 import glob
 import json
 import os
@@ -97,3 +98,63 @@ def test_wandb_without_api_key_says_offline(monkeypatch, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "WANDB_MODE=offline" in err[0] and "wandb login" in err[0]
     assert not os.path.exists("wandb") and not os.path.exists("runs")
+
+
+def test_wandb_run_keeps_metrics_csv_and_plots_every_round_key_against_floats():
+    """A W&B-only fit: its run folder <save_dir>/<project>/<id> holds metrics.csv beside config.yaml and
+    partition.csv, ``report`` reads it, and every round key is defined by its exact name (after Lightning's
+    catch-all "*" → trainer/global_step) with comm/upload_d as its x-axis."""
+    from pathlib import Path
+
+    from fl_lightning.cli import main
+
+    quickstart = str(Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml")
+    assert main(["fit", "--config", quickstart, "--trainer.logger", "pytorch_lightning.loggers.WandbLogger",
+                 "--trainer.logger.project", "t", "--trainer.logger.save_dir", "wb", "--trainer.max_epochs", "2",
+                 "--trainer.enable_progress_bar", "false", "--model.test_every_n_rounds", "1"]) == 0
+    (folder,) = [p for p in Path("wb/t").iterdir()]
+    assert {"metrics.csv", "config.yaml", "partition.csv"} <= {p.name for p in folder.iterdir()}
+    rows = list(csv.DictReader(open(folder / "metrics.csv")))
+    assert [(r["round"], r["comm/upload_d"], r["epoch"], r["step"]) for r in rows] == [
+        ("1.0", "1.0", "0", "0"), ("2.0", "2.0", "1", "1")]
+    assert all(float(r["val/acc"]) > 0 and float(r["test/acc"]) > 0 for r in rows)
+
+    (run_dir,) = glob.glob("wb/wandb/offline-run-*")
+    records = [r for r in wait_for_records(run_dir) if r.WhichOneof("record_type") == "metric"]
+    order = [r.metric.name or r.metric.glob_name for r in records]
+    steps = {r.metric.name: r.metric.step_metric for r in records if r.metric.name}
+    for key in ("val/acc", "val/loss", "test/acc", "test/loss", "train/loss", "round", "lr", "time/round_s"):
+        assert steps[key] == "comm/upload_d" and order.index(key) > order.index("*"), key
+    history = history_rows(wait_for_records(run_dir))
+    assert [float(r["val/acc"]) for r in history] == [float(r["val/acc"]) for r in rows]  # the same numbers
+
+    assert main(["report", "wb/t", "--target", "0.05", "--out", "table"]) == 0
+    table = open("table.csv").read().splitlines()
+    assert len(table) == 2 and table[1].startswith("t,1,0.3472")  # one group: the run, one seed
+
+
+def test_metrics_csv_without_csv_logger_replaces_rows_logged_again_after_a_resume(tmp_path):
+    """keep_metrics_csv: a key seen late widens the header; a round logged again (a resumed fit) replaces its row
+    and drops the later ones."""
+    from pytorch_lightning.loggers import Logger
+
+    from fl_lightning.runs.files import keep_metrics_csv
+
+    class FolderLogger(Logger):  # any logger but the CSVLogger: its run folder <save_dir>/<name>/version_N
+        name, version, save_dir = "other", 0, str(tmp_path)
+        experiment = None
+
+        def log_hyperparams(self, params):
+            pass
+
+        def log_metrics(self, metrics, step=None):
+            pass
+
+    class Loggers:
+        loggers = [FolderLogger()]
+
+    for row in [{"round": 1, "val/acc": 0.5}, {"round": 2, "val/acc": 0.6, "test/acc": 0.7},
+                {"round": 3, "val/acc": 0.8}, {"round": 2, "val/acc": 0.65}]:
+        keep_metrics_csv(Loggers(), row, int(row["round"]) - 1)
+    text = open(tmp_path / "other" / "version_0" / "metrics.csv").read().splitlines()
+    assert text == ["epoch,round,step,test/acc,val/acc", "0,1.0,0,,0.5", "1,2.0,1,,0.65"]

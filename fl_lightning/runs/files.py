@@ -3,7 +3,9 @@
 A logger's run folder is where Lightning puts its checkpoints: ``<save_dir>/<name>/<version>`` —
 ``version_N`` for the CSV/TensorBoard loggers, the W&B run id (``<save_dir>/<project>/<id>``) for
 W&B. config.yaml, partition.csv, the curve and checkpoints/ lie there for every logger; W&B's own
-files directory gets copies of the small files too, so that ``wandb sync`` uploads them.
+files directory gets copies of the small files too, so that ``wandb sync`` uploads them. A fit without
+a CSVLogger still keeps metrics.csv (the CSVLogger's columns) in its first logger's run folder, so that
+``fl-lightning report`` reads a W&B or TensorBoard run too.
 """
 from __future__ import annotations
 
@@ -54,6 +56,48 @@ def write_start_files(trainer: pl.Trainer, datamodule, network_hparams: dict) ->
     for run_dir in run_dirs(trainer):
         datamodule.save_partition(os.path.join(run_dir, "partition.csv"))
 
+
+
+def define_round_keys(loggers, row: dict) -> None:
+    """Each key of the round's row, by its exact name, plotted against comm/upload_d in W&B's UI before it is
+    first logged: Lightning's catch-all ``define_metric("*", step_metric="trainer/global_step")`` would otherwise
+    win over the globs of WANDB_ROUND_METRICS (an exact name is honoured before any glob)."""
+    for logger in loggers:
+        if not isinstance(logger, pl.loggers.WandbLogger):
+            continue
+        defined = logger.__dict__.setdefault("_fl_defined_keys", {"comm/upload_d", "epoch", "trainer/global_step"})
+        for key in sorted(set(row) - defined):
+            logger.experiment.define_metric(key, step_metric="comm/upload_d")
+            defined.add(key)
+
+
+def keep_metrics_csv(trainer: pl.Trainer, row: dict, epoch: int) -> None:
+    """The round's row in ``metrics.csv`` of the first logger's run folder when no CSVLogger writes one (W&B,
+    TensorBoard): the CSVLogger's columns (sorted, ``epoch`` and ``step``), its header widened when a key is new;
+    rows of this round or later (a killed fit's, logged again after a resume) are replaced."""
+    loggers = trainer.loggers
+    if not loggers or any(isinstance(logger, pl.loggers.CSVLogger) for logger in loggers):
+        return
+    folder = run_folder(loggers[0])
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "metrics.csv")
+    new = {**{key: float(value) for key, value in row.items()}, "epoch": epoch, "step": epoch}
+    rows, columns = [], []
+    if os.path.exists(path):
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            columns, rows = list(reader.fieldnames or []), list(reader)
+    earlier = [r for r in rows if r.get("round") in ("", None) or float(r["round"]) < float(new["round"])]
+    if set(new) <= set(columns) and len(earlier) == len(rows):
+        with open(path, "a", newline="") as f:
+            csv.DictWriter(f, fieldnames=columns).writerow(new)
+        return
+    columns = sorted(set(columns) | set(new))
+    with open(f"{path}.tmp", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows([*earlier, new])
+    os.replace(f"{path}.tmp", path)
 
 
 def append_rows(run_dirs: list[str], name: str, columns: tuple, rows: list[dict]) -> None:

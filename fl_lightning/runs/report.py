@@ -1,6 +1,7 @@
 """``fl-lightning report RUNS... --target ACC [--out PREFIX]``: runs → the paper's tables and plots.
 
-A run is a directory with ``version_N/metrics.csv``, or one ``version_N`` directory given itself.
+A run is a directory with ``version_N/metrics.csv``, or one ``version_N`` directory given itself, or a folder
+with its own metrics.csv (a W&B run's ``<save_dir>/<project>/<id>``).
 A resumed run writes several versions: they are read as one curve (a later version's row
 replacing an earlier one's for the same round) only when they are the same run — the same run id
 at the top of their config.yaml (fl_lightning.runs.identity; for older runs, the same settings);
@@ -57,9 +58,10 @@ def find_runs(paths: list[Path]) -> tuple[dict[Path, list[Path]], list[str]]:
     pieces, oldest first; and the validate/test outputs it ignored."""
     runs: dict[Path, list[Path]] = {}
     for path in paths:
-        pieces = [path / "metrics.csv"] if (path / "metrics.csv").is_file() else sorted(path.rglob("version_*/metrics.csv"))
-        for metrics in pieces:
-            run = metrics.parent if metrics.parent == path else metrics.parent.parent
+        pieces = [path / "metrics.csv"] if (path / "metrics.csv").is_file() else sorted(path.rglob("*/metrics.csv"))
+        for metrics in pieces:  # version_N/ is a piece of its parent; another folder (W&B's <project>/<id>) a run
+            own = metrics.parent == path or not metrics.parent.name.startswith("version_")
+            run = metrics.parent if own else metrics.parent.parent
             runs.setdefault(run, []).append(metrics.parent)
     ignored = [str(v) for versions in runs.values() for v in versions if not is_fit(v)]
     runs = {run: sorted({v for v in versions if is_fit(v)}, key=version_number) for run, versions in runs.items()}
