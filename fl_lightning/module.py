@@ -45,6 +45,8 @@ from fl_lightning.assembly.callbacks import check_before_fit
 from fl_lightning.assembly.session import start_rounds
 from fl_lightning.systems import Asynchronous, RoundPolicy, SystemModel
 from fl_lightning.privacy import PrivacyOptions
+from fl_lightning.aggregation import Aggregator, settle_robustness
+from fl_lightning.attacks import Attack
 
 
 class FederatedModule(pl.LightningModule):
@@ -114,6 +116,10 @@ class FederatedModule(pl.LightningModule):
         personal_eval_clients: evaluate pval/* on this many clients (a sample fixed by the seed); unset: all.
         personal_new_clients: hold this many clients (a sample fixed by the seed) out of training and log
             pval_new/*: x^r fine-tuned for local_epochs on each one's data, on its held-out data.
+        aggregator: the server's rule per block (fl_lightning.aggregation, docs/robustness.md): mean (default), median,
+            trimmed_mean, krum, multi_krum, bulyan, centered_clip, norm_bound, a class path, or its {{class_path, init_args}}.
+        attack: malicious clients (fl_lightning.attacks): sign_flip, gaussian, scale, alie, ipm, label_flip, with
+            ``--model.attack.fraction`` or ``.clients`` and its options; None: every client is honest.
     """
 
     runs_federated_rounds = True  # what FLCallback.setup looks for
@@ -132,7 +138,8 @@ class FederatedModule(pl.LightningModule):
                  local_trainer: Optional[dict] = None, personal_eval_every: Optional[int] = None,
                  personal_eval_clients: Optional[int] = None, personal_new_clients: Optional[int] = None,
                  asynchronous: Union[Asynchronous, str, None] = None, client_runner: str = "serial",
-                 cohort_size: Optional[int] = None, sampler: Optional[str] = None, schedule: Optional[str] = None):
+                 cohort_size: Optional[int] = None, sampler: Optional[str] = None, schedule: Optional[str] = None,
+                 aggregator: Union[Aggregator, str, dict, None] = None, attack: Union[Attack, str, dict, None] = None):
         super().__init__()
         self.save_hyperparameters(ignore=["network", "server_optimizer", "algorithm", "compression", "system",
                                           "round_policy", "privacy", "local_trainer", "asynchronous"])
@@ -142,6 +149,7 @@ class FederatedModule(pl.LightningModule):
         self.automatic_optimization = False
         self.net = network
         self.blocks = partition_for(network, self.algorithm)
+        self.robust = settle_robustness(self, aggregator, attack)  # RobustServer or None (fl_lightning.aggregation)
         self.flat = FlatModel(network, order=self.blocks.order if self.blocks else None)
         self.global_vector: Optional[torch.Tensor] = None  # x^r, made with the server optimizer
         self.loop = None  # the round loop (fl_lightning.federation.loop), made when training starts

@@ -14,7 +14,8 @@ def fit_callbacks(module) -> list:
     if module.privacy is not None:  # after the algorithm, before the codec; Δc's noise before the algorithm reads it
         dp = ClientDP(module.privacy, controls=any(isinstance(cb, ControlVariates) for cb in algorithm))
         privacy, first = [dp], ([NoisedControlSum(dp)] if dp.controls else [])
-    return first + algorithm + privacy + ([CompressedUpload(module.codec)] if module.codec is not None else [])
+    robust = [module.robust] if getattr(module, "robust", None) is not None else []  # fl_lightning.aggregation
+    return first + algorithm + privacy + ([CompressedUpload(module.codec)] if module.codec is not None else []) + robust
 
 
 def check_before_fit(module, num_clients: int) -> None:

@@ -28,6 +28,7 @@ from fl_lightning.algorithms import algorithms_with
 from fl_lightning.compression import CODECS
 from fl_lightning.algorithms.describe import fit_description
 from fl_lightning.algorithms.names import algorithm_name, class_path, expand_args, import_class
+from fl_lightning.aggregation import expand_names
 from fl_lightning.federation.blocks import partition_for
 from fl_lightning.runs.checkpoint_io import refuse_before_algorithm_objects
 from fl_lightning.data.datamodule import FederatedDataModule
@@ -146,7 +147,7 @@ class FederatedCLI(LightningCLI):
     to class paths first (fl_lightning.algorithms.names), in arguments and config files alike."""
 
     def __init__(self, args=None, run: bool = True, callbacks=()):
-        args = expand_args(list(sys.argv[1:] if args is None else args))
+        args = expand_names(expand_args(list(sys.argv[1:] if args is None else args)))  # + aggregator/attack names
         self._given_args, self.run_id = args, None
         warnings.filterwarnings("ignore", message=r"LightningCLI's args parameter is intended")  # args are explicit
         defaults = {**TRAINER_DEFAULTS, "callbacks": list(callbacks)} if callbacks else TRAINER_DEFAULTS

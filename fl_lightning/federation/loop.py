@@ -126,6 +126,9 @@ class FederatedLoop:
         self.sampler = sampler or UniformSampler(len(clients), config.clients_per_round)
         self.runner = runner(self.local_trainer)
         self.schedule = schedule or RoundSchedule()
+        # where a round's uploads go: summed as they arrive, or kept by a callback's own (fl_lightning.aggregation)
+        self.new_received = next((cb.received_sums for cb in self.callbacks if hasattr(cb, "received_sums")),
+                                 ReceivedSums)
 
     def _call(self, hook: str, context) -> None:
         call_hook(self.callbacks, hook, context)
@@ -186,7 +189,7 @@ class FederatedLoop:
         """Every planned client trains, then the server steps once on what arrived (the schedule may time the
         clients and drop some: ``RoundSchedule.arrived``)."""
         plan = self.configure_round(round_idx)
-        received = ReceivedSums(plan.channels, self.global_vector.device, ordered=self.collective.world_size > 1)
+        received = self.new_received(plan.channels, self.global_vector.device, ordered=self.collective.world_size > 1)
         tally = RoundTally(len(plan.clients), self.global_vector.device)
         positions = self.collective.share([c.num_samples * c.local_epochs for c in plan.clients])
         trained = self.schedule.arrived(self.runner.run(positions, plan), plan)
@@ -249,7 +252,7 @@ class FederatedLoop:
 
     def new_sums(self) -> ReceivedSums:
         """Empty sums of the model update's channel, where a schedule adds what arrived."""
-        return ReceivedSums({"delta": self.flat.numel}, self.global_vector.device)
+        return self.new_received({"delta": self.flat.numel}, self.global_vector.device)
 
     def num_samples(self, client_id: int) -> int:
         return self.clients.num_samples(client_id)

@@ -142,6 +142,7 @@ class ReceivedSums:
                 offset += size
         self._sums = {}
         for position, channel, ranges, weight, part in sorted(everyone, key=lambda r: r[0]):  # stable: a client's order
+            self.position = position  # (whose upload: a subclass that keeps uploads reads it)
             self._add(channel, ranges, weight, part)
 
     def sum(self, channel: str) -> torch.Tensor:

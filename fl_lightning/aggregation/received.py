@@ -1,0 +1,133 @@
+"""The server's side with a robust aggregator or an attack: ``ReceivedUploads`` keeps every client's decoded upload
+(per channel, with its slices) beside the running sums of ``ReceivedSums``, and a channel's ``mean`` is the
+aggregator's, run per group of coordinates that the same clients uploaded (``coverage_groups``: with FedBCGD one
+group per block, of its K_j uploads, and one for the shared block, of all S). Channels the server derives
+(``add_sum``: FedDyn's, FedNova's) stay plain sums. Memory: every reporting client's upload, S × (upload floats)
+× 4 bytes per round (FedAvg: S·d; FedBCGD: about S·(d/N + shared))."""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+
+from fl_lightning.federation.messages import Payload, ReceivedSums
+
+Ranges = list[tuple[int, int]]
+
+
+@dataclass
+class Upload:
+    """One client's decoded upload: per channel, its parts as (slices, weight, values)."""
+
+    position: int  # its place in the round's plan
+    parts: dict[str, list[tuple[Ranges, float, torch.Tensor]]] = field(default_factory=dict)
+
+    def segments(self, channel: str) -> list[tuple[int, int, torch.Tensor]]:
+        """(start, stop, values) of every slice it sent of ``channel``, sorted by start."""
+        out = []
+        for ranges, _, values in self.parts[channel]:
+            offset = 0
+            for start, stop in ranges:
+                out.append((start, stop, values[offset:offset + stop - start]))
+                offset += stop - start
+        return sorted(out, key=lambda s: s[0])
+
+    def weight(self, channel: str) -> float:
+        return self.parts[channel][0][1]
+
+
+def coverage_groups(covered: list[Ranges]) -> dict[tuple[int, ...], Ranges]:
+    """Members (indices into ``covered``) → the slices exactly those members uploaded, in order."""
+    points = sorted({p for ranges in covered for r in ranges for p in r})
+    groups: dict[tuple[int, ...], Ranges] = {}
+    for a, b in zip(points, points[1:]):
+        members = tuple(i for i, ranges in enumerate(covered) if any(s <= a and b <= e for s, e in ranges))
+        if members:
+            slices = groups.setdefault(members, [])
+            if slices and slices[-1][1] == a:
+                slices[-1] = (slices[-1][0], b)
+            else:
+                slices.append((a, b))
+    return groups
+
+
+def gather(segments: list[tuple[int, int, torch.Tensor]], slices: Ranges) -> torch.Tensor:
+    """A client's values at ``slices`` (each inside one of its segments), concatenated."""
+    starts = [s[0] for s in segments]
+    out = []
+    for a, b in slices:
+        start, _, values = segments[bisect.bisect_right(starts, a) - 1]
+        out.append(values[a - start:b - start])
+    return torch.cat(out)
+
+
+class ReceivedUploads(ReceivedSums):
+    """``ReceivedSums`` that also keeps each upload; ``server`` (fl_lightning.aggregation.server.RobustServer)
+    attacks and aggregates them. Several ranks: ``combine`` re-adds every rank's records in plan order, and the
+    uploads are kept from those."""
+
+    def __init__(self, sizes: dict[str, int], device: torch.device, ordered: bool = False, *, server):
+        super().__init__(sizes, device, ordered)
+        self.server = server
+        self.uploads: list[Upload] = []
+        self._current: Optional[Upload] = None
+        self._derived: set[str] = set()
+        self._means: dict[str, torch.Tensor] = {}
+
+    def add(self, upload: Payload, delta_weight: float = 1.0) -> None:
+        if self._records is None:
+            self._current = Upload(self.position)
+            self.uploads.append(self._current)
+        try:
+            super().add(upload, delta_weight)
+        finally:
+            self._current = None
+
+    def _add(self, channel, ranges, weight, values) -> None:
+        super()._add(channel, ranges, weight, values)
+        if self._records is not None:  # several ranks: kept once combined
+            return
+        if ranges is None:
+            self._derived.add(channel)
+            return
+        client = self._current
+        if client is None:  # combine: every rank's records, in plan order
+            if not self.uploads or self.uploads[-1].position != self.position:
+                self.uploads.append(Upload(self.position))
+            client = self.uploads[-1]
+        values = values.detach().to(self._sums[channel].dtype).clone()
+        client.parts.setdefault(channel, []).append((list(ranges), float(weight), values))
+
+    def combine(self, collective) -> None:
+        self.uploads = []
+        super().combine(collective)
+
+    def robust(self, channel: str) -> bool:
+        return channel not in self._derived and any(channel in u.parts for u in self.uploads)
+
+    def mean(self, channel: str) -> torch.Tensor:
+        """The aggregator's Δ̄ per coordinate (zero where nobody uploaded)."""
+        if not self.robust(channel):
+            return super().mean(channel)
+        if channel not in self._means:
+            self._means[channel] = self.server.aggregate(channel, self)
+        return self._means[channel].clone()
+
+    def sum(self, channel: str) -> torch.Tensor:
+        """The aggregate times the weight that uploaded each coordinate (so that sum / weight is the aggregate)."""
+        if not self.robust(channel):
+            return super().sum(channel)
+        return self.mean(channel) * self.weight(channel)
+
+    def groups(self, channel: str):
+        """(uploads, slices, x [n, m], weights [n]) per group of coordinates that the same uploads covered."""
+        uploads = [u for u in self.uploads if channel in u.parts]
+        segments = [u.segments(channel) for u in uploads]
+        covered = [[(s, e) for s, e, _ in segs] for segs in segments]
+        for members, slices in coverage_groups(covered).items():
+            x = torch.stack([gather(segments[i], slices) for i in members])
+            weights = torch.tensor([uploads[i].weight(channel) for i in members], dtype=torch.float64,
+                                   device=x.device)
+            yield [uploads[i] for i in members], slices, x, weights
