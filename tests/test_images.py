@@ -71,3 +71,32 @@ def test_training_transform_flips_about_half_and_resizes():
     assert 0.4 < flipped < 0.6
     resized = ImageTransform((0.0,) * 3, (1.0,) * 3, image_size=8)(x)
     assert resized.shape == (400, 3, 8, 8)
+
+
+def reduced_at(threads: int, images: torch.Tensor, reduce) -> tuple:
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return reduce(images)
+    finally:
+        torch.set_num_threads(before)
+
+
+def float32_stats_at_the_process_threads(images: torch.Tensor) -> tuple:
+    """What channel_stats did before: the float32 reduction at whatever thread count the process has."""
+    pixels = images.float().div_(255.0)
+    return tuple(pixels.mean((0, 2, 3)).tolist()), tuple(pixels.std((0, 2, 3)).tolist())
+
+
+@pytest.mark.parametrize("shape", [(60_000, 1, 28, 28), (50_000, 3, 32, 32)], ids=["mnist_size", "cifar_size"])
+def test_channel_stats_are_bit_identical_at_1_2_and_4_threads(shape):
+    from fl_lightning.data.images import channel_stats
+    from tests.layout_data import images_where_thread_count_changes_the_float32_mean
+
+    images = images_where_thread_count_changes_the_float32_mean(shape)
+    before = {threads: reduced_at(threads, images, float32_stats_at_the_process_threads) for threads in (1, 2, 4)}
+    if shape[1] == 1:  # one channel: the whole reduction is split over the threads, and these images show it
+        assert before[1] != before[2] and before[1] != before[4]
+    stats = {threads: reduced_at(threads, images, channel_stats) for threads in (1, 2, 4)}
+    assert stats[1] == stats[2] == stats[4]
+    assert stats[1][0] == before[1][0]  # a one-thread run's numbers are kept
