@@ -230,6 +230,7 @@ class FederatedModule(pl.LightningModule):
     def check_compatible(self, datamodule) -> None:
         """Fail fast on settings that only clash once model and data meet (fl_lightning.module_options)."""
         check_compatible(self, datamodule)
+        self.algorithm.check_fit(self, datamodule)  # e.g. Local without held-out data (fl_lightning.algorithms)
 
     # -- training: one epoch = one round ------------------------------------------------------
     def on_fit_start(self):

@@ -54,6 +54,10 @@ class Algorithm:
     def check_network(self, network) -> None:
         """Networks this algorithm cannot run on (e.g. FedBN without normalisation layers): one ConfigError."""
 
+    def check_fit(self, module, datamodule) -> None:
+        """A fit this algorithm makes meaningless (e.g. Local without held-out data): one ConfigError, before any
+        run file (the CLI's checks and the fit's start call it once the data are set up)."""
+
     # -- what the options are ------------------------------------------------------------
     @classmethod
     def option_names(cls) -> list[str]:

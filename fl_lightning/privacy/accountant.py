@@ -81,6 +81,10 @@ def check(cohort: int, population: int, sampling: str, accountant: str, delta: O
         raise ConfigError("privacy.accountant", f"unknown {accountant!r}; choose one of {', '.join(ACCOUNTANTS)}")
     if not 1 <= cohort <= population:
         raise ConfigError("privacy.cohort", f"needs 1 ≤ M ≤ K, got M={cohort}, K={population}")
+    if accountant == "pld" and sampling == "fixed" and cohort < population:
+        raise ConfigError("privacy.accountant", f"pld accounts a fixed cohort only when it is everyone (M = K), got "
+                          f"M={cohort} of K={population}: dp-accounting's PLD has no sampling without replacement; use "
+                          "accountant rdp, sampling poisson, or M = K")
     if delta is not None and not 0.0 < delta < 1.0 / population:
         raise ConfigError("privacy.delta", f"must be in (0, 1/K) = (0, {1 / population:.3g}) for K={population} "
                           f"clients, got {delta:g}: δ ≥ 1/K allows one client's data to leak; leave it unset "

@@ -33,7 +33,7 @@ class PrivacyOptions:
         count_noise: σ_b, std of the noise on the unclipped count (default cohort/20, the paper's).
         delta: δ of the reported ε (default min(1e-5, 1/K^1.1), K the population; must be < 1/K).
         epsilon_budget: stop before a round after which ε would exceed this.
-        accountant: rdp, or pld (poisson sampling only).
+        accountant: rdp, or pld (poisson sampling, or a fixed cohort of everyone: M = K).
         sampling: fixed (a cohort of M of K without replacement: replace-one, sensitivity 2C, accounted at z/2)
             or poisson (recommended: each client joins a round independently with q = M/K; add/remove-one,
             sensitivity C; every sum is divided by its expected count).
@@ -74,9 +74,6 @@ class PrivacyOptions:
                               f"{', '.join(MECHANISMS)}")
         if self.sampling not in SAMPLINGS:
             raise ConfigError("model.privacy.sampling", f"unknown {self.sampling!r}; choose one of {', '.join(SAMPLINGS)}")
-        if self.accountant == "pld" and self.sampling == "fixed":
-            raise ConfigError("model.privacy.accountant", "pld does not support a fixed cohort without replacement "
-                              "in dp-accounting; use rdp, or sampling poisson")
 
     def spec(self) -> dict:
         return dataclasses.asdict(self)
