@@ -255,3 +255,12 @@ def test_the_default_keeps_the_streamed_sums_and_names_resolve():
     with pytest.raises(ConfigError, match="model.aggregator.beta"):
         TrimmedMean(beta=0.5)
     assert ReceivedSums is not ReceivedUploads
+
+
+def test_the_docs_name_every_aggregator_and_attack():
+    from pathlib import Path
+
+    from fl_lightning.attacks import ATTACKS
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "robustness.md").read_text()
+    assert [n for n in [*AGGREGATORS, *ATTACKS] if f"`{n}`" not in page] == []
