@@ -1,73 +1,240 @@
-"""A plain Lightning script as a federated client (examples/federate_a_lightning_script.py),
-in either namespace's Trainer, with the server simulated in-process."""
-import importlib.util
-from pathlib import Path
+"""A plain Lightning script federated with every algorithm: ``InProcessServer`` and ``job.callback`` on the user's
+own Trainer (either namespace) end with ``fl-lightning fit``'s global model, bit for bit (same data, partition,
+seed, batch order and local SGD); the server's state resumes exactly; bad use is one line."""
+import copy
+import subprocess
+import sys
+import textwrap
 
 import lightning.pytorch as L
 import pytest
 import pytorch_lightning as pl
 import torch
-from torch.utils.data import DataLoader
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
 
+from fl_lightning import FederatedDataModule, FederatedModule
+from fl_lightning.algorithms import FedBCGD, FedBCGDPlus, FedDyn, FedProx
+from fl_lightning.assembly.outside import InProcessServer
 from fl_lightning.errors import FLUserError
-from fl_lightning.federation.lightning_client import FederatedClient, InProcessServer
-from tests.lightning_fixtures import make_classifier
+from fl_lightning.federation.lightning_client import FederatedClient
+from tests.conftest import make_trainer
 
-spec = importlib.util.spec_from_file_location("example", Path(__file__).parents[1] / "examples" /
-                                              "federate_a_lightning_script.py")
-example = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(example)
+M, S, B, LR = 4, 2, 50, 0.1
+NAMESPACES = pytest.mark.parametrize("ns", [pl, L], ids=["pytorch_lightning", "lightning.pytorch"])
 
 
-def plain_trainer(ns, **kwargs):
-    return ns.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                      enable_model_summary=False, **kwargs)
+def make_net(ns):
+    class Net(ns.LightningModule):
+        """A user's module: its own training_step and SGD."""
+
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.ReLU(), nn.Linear(16, 10))
+
+        def forward(self, x):
+            return self.net(x)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            loss = F.cross_entropy(self(x), y)
+            self.log("train_loss", loss)
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=LR)
+
+    return Net
 
 
-def test_the_example_federates_and_learns():
-    accuracy = example.main(rounds=3, num_clients=3)
-    print("federated val_acc", accuracy)
-    assert accuracy > 0.8
+def user_trainer(ns, epochs=1, **kwargs):
+    return ns.Trainer(max_epochs=epochs, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, **kwargs)
 
 
-@pytest.mark.parametrize("ns", [pl, L], ids=["pytorch_lightning", "lightning.pytorch"])
-def test_one_client_one_round_is_the_plain_script(ns):
-    """FedAvg with one client holding all the data is the centralised step: same weights (up to x + (y − x))."""
-    train, _ = example.datasets()
-    L.seed_everything(0, verbose=False)
-    model = make_classifier(ns)()  # the user's module and Trainer from the same namespace, as Lightning needs
-    start = {k: v.clone() for k, v in model.state_dict().items()}
-    torch.manual_seed(1)
-    plain_trainer(ns).fit(model, DataLoader(train, batch_size=32, shuffle=True))
-    plain = model.state_dict()
-    federated_model = make_classifier(ns)()
-    federated_model.load_state_dict(start)
-    server = InProcessServer(federated_model)
-    client = FederatedClient(server)
-    torch.manual_seed(1)
-    plain_trainer(ns, callbacks=[client]).fit(federated_model, DataLoader(train, batch_size=32, shuffle=True))
+def fit_run(ns, algorithm, compression=None, rounds=2):
+    """``fl-lightning fit`` from Python: the same user module as the network, SGD at LR, no decay."""
+    pl.seed_everything(0, verbose=False)
+    net = make_net(ns)()
+    start = copy.deepcopy(net.state_dict())
+    module = FederatedModule(net, algorithm=copy.deepcopy(algorithm), compression=compression, clients_per_round=S,
+                             local_epochs=1, batch_size=B, lr=LR, lr_decay=1.0, weight_decay=0.0)
+    module.prints_summary = False
+    data = FederatedDataModule("digits", num_clients=M, dirichlet_rho=0.5)
+    make_trainer(rounds).fit(module, data)
+    return module, data, start
+
+
+def shards_of(data):
+    return [TensorDataset(*data.clients.of(client)) for client in range(M)]
+
+
+def script_rounds(ns, server, model, shards, rounds):
+    """The user's loop: each sampled client is one Trainer.fit of their module with the job's callback."""
+    for _ in range(rounds):
+        for job in server.round():
+            shard = shards[job.client_id]
+            user_trainer(ns, callbacks=[job.callback]).fit(model, DataLoader(shard, batch_size=B,
+                                                                             sampler=job.sampler(shard)))
+
+
+ALGORITHMS = {"fedavg": ("fedavg", None), "fedavgm": ("fedavgm", None), "fedprox": (FedProx(mu=0.1), None),
+              "scaffold": ("scaffold", None), "feddyn": (FedDyn(alpha=0.1), None), "fednova": ("fednova", None),
+              "fedbcgd": (FedBCGD(num_blocks=2), None), "fedbcgd_plus": (FedBCGDPlus(num_blocks=2), None),
+              "fedbcgd+qsgd": (FedBCGD(num_blocks=2), "qsgd")}
+
+
+@NAMESPACES
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_a_plain_script_ends_with_the_fits_global_model(name, ns):
+    algorithm, codec = ALGORITHMS[name]
+    module, data, start = fit_run(ns, algorithm, codec)
+    model = make_net(ns)()
+    model.load_state_dict(start)
+    server = InProcessServer(model, algorithm=copy.deepcopy(algorithm), compression=codec, clients=M, per_round=S,
+                             seed=0)
+    initial = server.global_vector.clone()
+    script_rounds(ns, server, model, shards_of(data), rounds=2)
+    print(name, ns.__name__, "upload_d", server.comm.upload_d, "moved", float((server.global_vector - initial).norm()))
+    assert torch.equal(server.global_vector, module.global_vector)
+    assert not torch.equal(server.global_vector, initial)
+    assert server.comm.upload_d == module.loop.comm.upload_d  # bytes counted from the same messages
+    assert server.comm.state_dict() == module.loop.comm.state_dict()
+    model.load_state_dict(server.global_state())  # x^R as the user's own state dict
+    torch.testing.assert_close(model.net[1].weight, module.net.net[1].weight, rtol=0, atol=0)
+
+
+def test_a_killed_script_resumes_exactly(tmp_path):
+    """FedBCGD+ (c, c_i on disk, block momentum): one round, save, a new server loads it, one more round."""
+    algorithm = FedBCGDPlus(num_blocks=2)
+    module, data, start = fit_run(L, algorithm)
+    model = make_net(L)()
+    model.load_state_dict(start)
+    shards = shards_of(data)
+    options = dict(algorithm=copy.deepcopy(algorithm), clients=M, per_round=S, seed=0, directory=str(tmp_path / "s"))
+    first = InProcessServer(model, **options)
+    script_rounds(L, first, model, shards, rounds=1)
+    first.save(str(tmp_path / "server.pt"))
+    del first
+    again = InProcessServer(make_net(L)(), **options).load(str(tmp_path / "server.pt"))
+    script_rounds(L, again, model, shards, rounds=1)
+    assert again.round_idx == 2
+    assert torch.equal(again.global_vector, module.global_vector)
+
+
+def test_every_client_side_hook_runs_in_the_users_trainer():
+    """SCAFFOLD's c_i reaches the client store, the download counts c beside x^r, FedBCGD's upload is one block."""
+    model = make_net(L)()
+    data = FederatedDataModule("digits", num_clients=M, dirichlet_rho=0.5)
+    data.setup("fit")
+    server = InProcessServer(model, algorithm=FedBCGDPlus(num_blocks=2), clients=M, per_round=S, seed=0)
+    jobs = server.start_round()
+    shard = shards_of(data)[jobs[0].client_id]
+    user_trainer(L, callbacks=[jobs[0].callback]).fit(model, DataLoader(shard, batch_size=B))
+    client = jobs[0].result[0]
+    d = server.flat.num_params
+    assert client.steps == -(-len(shard) // B)
+    assert client.download.nbytes == 4 * (server.flat.numel + d)  # x^r and c
+    uploaded = sum(stop - start for start, stop in client.upload_ranges)
+    assert uploaded < server.flat.numel and client.upload.nbytes == 4 * (uploaded + min(uploaded, d))
+    server.end_round()  # the second job never trained: that client did not report
+    table = server.client_state.tables["control_variate"]
+    assert table.has(jobs[0].client_id) and not table.has(jobs[1].client_id)
+
+
+# -- bad use, one line each -------------------------------------------------------------------------------
+def one_job(algorithm="fedavg", **options):
+    model = make_net(L)()
+    server = InProcessServer(model, algorithm=algorithm, clients=M, per_round=S, seed=0, **options)
+    shard = TensorDataset(torch.rand(20, 1, 8, 8), torch.randint(0, 10, (20,)))
+    return server, model, server.start_round()[0], DataLoader(shard, batch_size=10)
+
+
+def test_a_client_expecting_another_algorithm_is_refused():
+    _, _, job, _ = one_job("fedavg")
+    with pytest.raises(FLUserError, match=r"^FederatedClient\(algorithm=...\): this client runs scaffold but the "
+                                          r"server runs fedavg"):
+        FederatedClient(job, algorithm="scaffold")
+
+
+def test_a_job_of_an_earlier_round_is_refused():
+    server, model, job, loader = one_job()
     server.end_round()
-    assert client.num_samples == len(train)
-    for name, value in plain.items():
-        torch.testing.assert_close(server.state[name], value, atol=1e-6, rtol=0)
+    server.start_round()
+    with pytest.raises(FLUserError, match=r"^ClientJob: this job is round 1's of run .* the server is at round 2"):
+        user_trainer(L, callbacks=[job.callback]).fit(model, loader)
 
 
-def test_the_proximal_term_keeps_the_client_near_the_global_model():
-    train, _ = example.datasets()
-    moved = {}
-    for mu in (0.0, 1.0):
-        L.seed_everything(0, verbose=False)
-        model = example.LitClassifier()
-        server = InProcessServer(model, weighted=False)
-        torch.manual_seed(1)
-        plain_trainer(L, callbacks=[FederatedClient(server, mu=mu)]).fit(model, DataLoader(train, batch_size=32))
-        start = server.download()
-        server.end_round()
-        moved[mu] = sum((server.state[k] - start[k]).pow(2).sum() for k in start if start[k].is_floating_point())
-    print("squared distance moved:", {mu: float(v) for mu, v in moved.items()})
-    assert moved[1.0] < 0.9 * moved[0.0]
+def test_a_client_that_trains_no_step_is_refused():
+    _, model, job, loader = one_job()
+    with pytest.raises(FLUserError, match=r"^FederatedClient: client \d+ trained no optimizer step"):
+        user_trainer(L, callbacks=[job.callback], limit_train_batches=0).fit(model, loader)
 
 
-def test_a_negative_mu_is_one_line():
-    with pytest.raises(FLUserError, match=r"^FederatedClient.mu: must be ≥ 0"):
-        FederatedClient(InProcessServer(torch.nn.Linear(2, 2)), mu=-1)
+def test_fednova_on_accumulated_batches_is_refused():
+    _, model, job, loader = one_job("fednova")
+    with pytest.raises(FLUserError, match=r"^Trainer\(accumulate_grad_batches=...\): FedNova normalises"):
+        user_trainer(L, callbacks=[job.callback], accumulate_grad_batches=2).fit(model, loader)
+
+
+def test_another_model_and_pooled_training_are_refused():
+    _, _, job, loader = one_job()
+    other = make_net(L)()
+    other.net[1] = nn.Linear(64, 8)
+    with pytest.raises(FLUserError, match=r"^FederatedClient: the module trained is not the server's model: "
+                                          r"net.1.weight \(16, 64\) on the server, shape \(8, 64\) here"):
+        user_trainer(L, callbacks=[job.callback]).fit(other, loader)
+    with pytest.raises(FLUserError, match=r"^InProcessServer\(algorithm=...\): centralized trains one model on "
+                                          r"every client's data pooled"):
+        InProcessServer(make_net(L)(), algorithm="centralized", clients=M)
+
+
+def test_a_refusal_in_a_script_is_one_line_and_exit_code_2(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent("""
+        import sys; sys.path.insert(0, %r)
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        from tests.test_lightning_client import make_net, user_trainer, M, S
+        import lightning.pytorch as L
+        from fl_lightning.assembly.outside import InProcessServer
+        model = make_net(L)()
+        server = InProcessServer(model, algorithm="fednova", clients=M, per_round=S)
+        job = server.start_round()[0]
+        data = DataLoader(TensorDataset(torch.rand(20, 1, 8, 8), torch.randint(0, 10, (20,))), batch_size=10)
+        user_trainer(L, callbacks=[job.callback], accumulate_grad_batches=2).fit(model, data)
+    """ % str(REPO)))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("fl-lightning: error: Trainer(accumulate_grad_batches=...)")
+
+
+REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+def test_the_example_prints_the_fit_command_that_gives_its_numbers(tmp_path, monkeypatch, capsys):
+    """examples/federate_a_lightning_script.py --algorithm fedbcgd --algorithm.num_blocks 2 --rounds 2 --save PATH,
+    then the command it prints: the fit's last checkpoint holds the saved global model, bit for bit."""
+    import importlib.util
+    import glob
+    import shlex
+
+    from fl_lightning.cli import main as cli
+
+    spec = importlib.util.spec_from_file_location("federate_a_lightning_script",
+                                                  REPO / "examples" / "federate_a_lightning_script.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    options = example.parse(["--algorithm", "fedbcgd", "--algorithm.num_blocks", "2", "--rounds", "2",
+                             "--save", str(tmp_path / "global.pt")])
+    assert example.main(**options) > 0.1
+    command = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("same numbers:"))
+    args = shlex.split(command.split("fl-lightning ", 1)[1])
+    monkeypatch.syspath_prepend(str(REPO / "examples"))
+    assert cli(args + ["--trainer.enable_progress_bar", "false"]) == 0
+    (checkpoint,) = glob.glob("runs/**/*.ckpt", recursive=True)
+    fitted = torch.load(checkpoint, weights_only=True, map_location="cpu")["state_dict"]
+    for name, value in torch.load(tmp_path / "global.pt").items():
+        assert torch.equal(fitted[f"net.{name}"], value), name

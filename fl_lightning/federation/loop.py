@@ -169,10 +169,6 @@ class FederatedLoop:
         epochs = self.config.local_epochs
         tasks = [ClientTask(cid, pos, derive_seed(round_idx, cid), self.clients.num_samples(cid), list(everything),
                             epochs) for pos, cid in enumerate(self.sample_clients(round_idx))]
-        if self.config.client_dropout > 0:
-            lost = np.random.default_rng(derive_seed(round_idx, Purpose.FAILURE)).random(len(tasks))
-            for task, draw in zip(tasks, lost):
-                task.lost = bool(draw < self.config.client_dropout)
         plan = self.plan(round_idx, tasks)
         self._call("configure_round", plan)
         self.schedule.planned(plan)
@@ -189,10 +185,15 @@ class FederatedLoop:
         """Every planned client trains, then the server steps once on what arrived (the schedule may time the
         clients and drop some: ``RoundSchedule.arrived``)."""
         plan = self.configure_round(round_idx)
+        positions = self.collective.share([c.num_samples * c.local_epochs for c in plan.clients])
+        return self.finish_round(round_idx, plan, self.schedule.arrived(self.runner.run(positions, plan), plan))
+
+    def finish_round(self, round_idx: int, plan: RoundContext, trained) -> Optional[torch.Tensor]:
+        """The rest of a synchronous round once ``plan`` is configured: ``trained`` (position, (client, loss sum,
+        logs)) in plan order are aggregated, the client state committed, the server steps (a server whose clients
+        train elsewhere, e.g. in the user's own Trainer, calls ``configure_round`` and this itself)."""
         received = self.new_received(plan.channels, self.global_vector.device, ordered=self.collective.world_size > 1)
         tally = RoundTally(len(plan.clients), self.global_vector.device)
-        positions = self.collective.share([c.num_samples * c.local_epochs for c in plan.clients])
-        trained = self.schedule.arrived(self.runner.run(positions, plan), plan)
         for position, (client, loss_sum, logs) in trained:
             task = plan.clients[position]
             if self.train_logs is not None:
