@@ -74,7 +74,7 @@ BAD_INPUTS = [
     (["--model.algorithm", "fedavg", "--model.algorithm.mu", "0.5"], "model.algorithm.mu",
      "FedAvg has no option 'mu'; it is an option of fedprox"),
     (["--model.algorithm.mu", "abc", "--model.algorithm", "fedprox"], "model.algorithm.mu",
-     "'abc' is not a valid float for FedProx"),
+     "got 'abc'; FedProx's mu takes a number"),
     (["--model.algorithm", "fedpaq", "--model.compression.k", "5"], "model.compression.k",
      "QSGD has no option 'k'; it is an option of topk, randk"),
     (["--model.algorithm", "no_module.Algo"], "model.algorithm", "cannot import 'no_module.Algo' (No module named"),

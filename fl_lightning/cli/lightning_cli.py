@@ -37,6 +37,7 @@ from fl_lightning.errors import ConfigError, FLUserError, check_unchanged
 from fl_lightning.models.timm_models import architecture_only
 from fl_lightning.module_options import SYSTEM_KEYS, check_trainer, system_specs
 from fl_lightning.cli.options import moved
+from fl_lightning.cli.messages import plain_message
 from fl_lightning.runs.identity import ID_LINE, TAKES_EFFECT_AT_RESUME, names_its_logger, run_id, run_label
 from fl_lightning.runs.resumed_folder import continue_in_checkpoint_folder, go_on_in
 from fl_lightning.models.sizing import size_network_by_data
@@ -318,6 +319,9 @@ def print_blocks(args: list[str]) -> None:
 def argument_error(err: Exception, args: list[str]) -> str:
     """jsonargparse's message in one line: an option the chosen algorithm or codec lacks names the ones that
     have it, a value that does not parse names its option and type, a class that does not import says why."""
+    plain = plain_message(str(err))  # a refused value, a class's unknown option (fl_lightning.cli.messages)
+    if plain is not None:
+        return plain
     message = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
     old = re.search(r"does not accept option 'model\.(\w+)'", message)
     if old and moved(old.group(1)):
