@@ -172,3 +172,15 @@ def test_a_label_names_a_policy_by_its_kind_and_a_deployed_run_apart(capsys):
         assert run_label(flower, "fedavg", ["--model.lr", "0.1"]) == "fedavg,lr=0.1,seed=0,deployed=flower"
     assert run_label(config, "fedavg", ["--model.lr", "0.1"]) == "fedavg,lr=0.1,seed=0"
     assert run_id(flower) == run_id(config)  # the same numbers: one run, resumable either way, in two folders
+
+
+def test_a_label_of_many_options_is_capped_and_keeps_the_seed_and_the_run_id():
+    config = {"model": {"algorithm": "fedbcgd", "lr": 0.05, "batch_size": 32, "local_epochs": 3, "weight_decay": 0.0001,
+                        "client_momentum": 0.9, "clients_per_round": 7},
+              "data": {"dirichlet_rho": 0.1, "num_clients": 40}, "seed_everything": 2}
+    args = ["--model.lr", "0.05", "--model.batch_size", "32", "--model.local_epochs", "3", "--model.weight_decay",
+            "0.0001", "--model.client_momentum", "0.9", "--model.clients_per_round", "7", "--data.dirichlet_rho", "0.1",
+            "--data.num_clients", "40"]
+    label = run_label(config, "fedbcgd", args)
+    assert label == f"fedbcgd,lr=0.05,batch_size=32,local_epochs=3,seed=2,{run_id(config)}" and len(label) <= 80
+    assert run_label(config, "fedbcgd", args[:4]) == "fedbcgd,lr=0.05,batch_size=32,seed=2"  # short: as it was

@@ -16,7 +16,7 @@ that ``--ckpt_path last`` resumes only the same run and ``report`` joins the ver
 one run and nothing else. The directory a run logs to is ``<save_dir>/<name>/<label>/version_N``:
 the label names the algorithm, the callbacks that change numbers, every model/data option the
 command line set, the seed and where it ran if not simulated (``fedavg+proximal,mu=0.1,seed=0``,
-``fedavg,seed=0,deployed=flower``), unless the command gives the
+``fedavg,seed=0,deployed=flower``; past 80 characters the first options, the seed and the run id), unless the command gives the
 logger its name itself (``--trainer.logger.init_args.name``, as ``sweep`` does).
 """
 from __future__ import annotations
@@ -45,6 +45,7 @@ TRAINER_ARITHMETIC = {"precision": ("32-true", "32", 32, None), "accumulate_grad
                       "gradient_clip_val": (0, 0.0, None), "gradient_clip_algorithm": (None, "norm")}
 ID_LINE = "# fl-lightning run id: "
 NAME_OPTIONS = ("--trainer.logger.init_args.name", "--trainer.logger.name")
+MAX_LABEL = 80  # a longer label keeps its first options, the seed and the run id (every setting is in config.yaml)
 
 
 def _class_name(path: str) -> str:
@@ -186,8 +187,12 @@ def run_label(config: dict, algorithm: str, args: list[str]) -> str:
             options.append(f"{name}={_short(value)}")
     deployments = [getattr(import_class(path), "deployment", None) for path, _ in callback_specs(config) if path]
     deployed = [f"deployed={name}" for name in deployments if name]  # e.g. on Flower: not the simulation's folder
-    label = ",".join(parts + options + [f"seed={config.get('seed_everything')}"] + deployed)
-    return label if len(label) <= 120 else f"{label[:100]}-{run_id(config)}"
+    seed = [f"seed={config.get('seed_everything')}"]
+    label = ",".join(parts + options + seed + deployed)
+    if len(label) <= MAX_LABEL:
+        return label
+    head = ",".join(parts + options)[:MAX_LABEL - 32].rsplit(",", 1)[0]  # whole options only; config.yaml has all
+    return ",".join([head, *seed, *deployed, run_id(config)])
 
 
 def names_its_logger(args: list[str]) -> bool:
