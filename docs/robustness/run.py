@@ -2,7 +2,8 @@
 FedBCGD (N = 2 blocks, balanced division: 5 uploads per block) at an equal upload budget, aggregators × attacks
 with 20 % malicious clients. One run after another, each on one thread; a run already kept is skipped.
 
-    nice -n 10 nohup .venv/bin/python docs/robustness/run.py --scale session > /tmp/robustness.log 2>&1 &
+    git archive HEAD | tar -x -C /tmp/rsnap    # the runs import this snapshot (FL_CODE), not a tree in flux
+    FL_CODE=/tmp/rsnap nice -n 10 nohup .venv/bin/python docs/robustness/run.py --scale session > /tmp/robustness.log 2>&1 &
     .venv/bin/python docs/robustness/run.py --scale full      # the issue's scale (100 clients, 3 seeds, 10/20 %)
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 DATA = ROOT.parent / "shared" / "data" / "cifar10-jpeg"
+CODE = Path(os.environ.get("FL_CODE", ROOT))  # the code the runs import (a snapshot: git archive HEAD | tar -x -C DIR)
 SCALES = {  # clients, images each, S, upload budget (d), seeds, malicious fractions, aggregators, attacks
     "session": dict(clients=20, budget=3.0, seeds=[0], fractions=[0.2], aggregators=["mean", "median", "krum"],
                     attacks=["none", "sign_flip", "alie", "label_flip"]),
@@ -39,8 +41,8 @@ def label(algorithm, aggregator, attack, fraction, seed) -> str:
 
 def command(scale: dict, algorithm, aggregator, attack, fraction, seed, out: Path) -> list[str]:
     rounds = int(scale["budget"]) * (2 if algorithm == "fedbcgd" else 1) + 2  # the budget stops it first
-    args = [str(ROOT / ".venv" / "bin" / "fl-lightning"), "fit",
-            "--config", str(ROOT / "configs" / "experiments" / "cifar10_lenet5.yaml"),
+    args = [str(ROOT / ".venv" / "bin" / "python"), "-m", "fl_lightning.cli", "fit",
+            "--config", str(CODE / "configs" / "experiments" / "cifar10_lenet5.yaml"),
             "--data.root", str(DATA), "--data.num_clients", str(scale["clients"]),
             *ALGORITHMS[algorithm], "--model.aggregator", aggregator, *AGGREGATOR_OPTIONS[aggregator],
             "--model.max_upload_d", str(scale["budget"]), "--trainer.max_epochs", str(rounds),
@@ -67,7 +69,8 @@ def main() -> None:
         scratch = Path("/tmp/robustness_runs") / name
         shutil.rmtree(scratch, ignore_errors=True)
         done = subprocess.run(command(scale, algorithm, aggregator, attack, fraction, seed, scratch),
-                              cwd=ROOT, env={**os.environ, "WANDB_MODE": "offline"}, capture_output=True, text=True)
+                              cwd=CODE, env={**os.environ, "WANDB_MODE": "offline", "PYTHONPATH": str(CODE)},
+                              capture_output=True, text=True)
         print(name, "rc", done.returncode, (done.stdout.strip().splitlines() or [""])[-1], flush=True)
         if done.returncode:
             print(done.stderr[-1500:], file=sys.stderr, flush=True)
