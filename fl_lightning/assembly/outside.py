@@ -143,6 +143,8 @@ class InProcessServer:
             raise refuse_in_one_line(ConfigError(f"{FIELD}(num_samples=...)", f"gives {len(num_samples)} sizes "
                                                  f"for {clients} clients: one per client, in client order"))
         self.algorithm.check_with(weighted_aggregation, self.codec)
+        self.net = copy.deepcopy(model).cpu()
+        self.algorithm.check_network(self.net)  # before callbacks(): e.g. FedPer, FedBN find their layers here
         callbacks = self.algorithm.callbacks() + ([CompressedUpload(self.codec)] if self.codec is not None else [])
         if any(isinstance(cb, PooledTraining) for cb in callbacks):
             raise refuse_in_one_line(ConfigError(f"{FIELD}(algorithm=...)", f"{self.algorithm.name} trains one "
@@ -152,8 +154,6 @@ class InProcessServer:
             raise refuse_in_one_line(ConfigError(f"{FIELD}(num_samples=...)", "weights clients by their sizes n_i: "
                                                  "give num_samples=[n_0, ..., n_{M-1}]"))
         self.seed, self.per_round = int(seed), per_round or clients
-        self.net = copy.deepcopy(model).cpu()
-        self.algorithm.check_network(self.net)
         blocks = partition_for(self.net, self.algorithm)
         self.flat = FlatModel(self.net, order=blocks.order if blocks else None)
         self.global_vector = self.flat.vector.detach().clone()
