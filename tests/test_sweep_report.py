@@ -118,7 +118,7 @@ def test_report_target_in_percent_is_one_line(capsys):
 def test_sweep_checks_every_grid_point_before_training(capsys):
     for grid, message in ((["model.algorithm=fedavg,fedfoo"], "sweep algorithm=fedfoo: model.algorithm: unknown "
                                                                "algorithm 'fedfoo'"),
-                          (["model.lr=0.1,abc"], "sweep lr=abc: Parser key \"model.lr\""),
+                          (["model.lr=0.1,abc"], "sweep lr=abc: model.lr: got 'abc'; it takes a number"),
                           (["model.lr=0.1,-2"], "sweep lr=-2: model.lr: must be > 0, got -2.0")):
         assert main(["sweep", "--config", QUICKSTART, "--grid", *grid, "--trainer.max_epochs", "1"]) == 2
         err = capsys.readouterr().err.strip().splitlines()

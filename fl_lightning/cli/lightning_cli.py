@@ -43,7 +43,7 @@ from fl_lightning.runs.resumed_folder import continue_in_checkpoint_folder, go_o
 from fl_lightning.models.sizing import size_network_by_data
 from fl_lightning.module import FederatedModule
 from fl_lightning.runs.defaults import TRAINER_DEFAULTS
-from fl_lightning.runs.files import run_dirs
+from fl_lightning.runs.files import DropsEmptyRunFolder, run_dirs
 from fl_lightning.runs.progress import RoundProgressBar
 from fl_lightning.federation.threads import Threads, record_line
 from fl_lightning.runs.python_api import summary
@@ -203,6 +203,7 @@ class FederatedCLI(LightningCLI):
             kwargs["callbacks"] = [*callbacks, RoundProgressBar()]
         if not any(isinstance(cb, Threads) for cb in callbacks):  # records the thread layout in checkpoints
             kwargs["callbacks"] = [*kwargs.get("callbacks", callbacks), Threads()]
+        kwargs["callbacks"] = [*kwargs.get("callbacks", callbacks), DropsEmptyRunFolder()]  # Ctrl-C in round 1
         try:
             return super().instantiate_trainer(**kwargs)
         except (ValueError, MisconfigurationException) as err:  # e.g. strategy/devices/accelerator the Trainer refuses

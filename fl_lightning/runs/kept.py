@@ -12,7 +12,7 @@ from typing import Optional
 import yaml
 
 from fl_lightning.errors import ConfigError
-from fl_lightning.runs.report import version_id, version_number
+from fl_lightning.runs.reading import version_id, version_number
 from fl_lightning.runs.identity import run_id, value_at
 
 KEPT_FILES = ("metrics.csv", "config.yaml")
