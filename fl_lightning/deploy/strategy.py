@@ -1,0 +1,260 @@
+"""Any registered algorithm as a Flower strategy for the user's own ServerApp (docs/callbacks_outside_fl_lightning.md).
+
+``AlgorithmStrategy`` takes the form of Flower 1.42's message-API strategies (``flwr.serverapp.strategy.Strategy``:
+``configure_train`` / ``aggregate_train`` / ``configure_evaluate`` / ``aggregate_evaluate``, run by
+``strategy.start(grid=..., initial_arrays=..., num_rounds=...)``). Its server side is ``InProcessServer``
+(fl_lightning.assembly.outside), the same ``FederatedLoop`` as ``fl-lightning fit``: the seeded sampler, the algorithm's
+``configure_round`` (FedBCGD's blocks), the received sums, the server hooks and the server optimizer. Only the
+transport differs: each sampled client's ``ClientJob`` goes to the SuperNode holding that partition as bytes
+(fl_lightning.deploy.wire), the user's ClientApp trains it with ``fl_lightning.deploy.client_helper.fit_reply`` and
+replies with the upload as sent (its parts: the block and the shared block, Δc, a codec's message), the derived sums
+and the counted download. Per-client rows (c_i, h_i, residuals) stay on the node (``context.state``), as in a fit
+they stay with the client; the server's state (x^r, c, h, momentum) stays here::
+
+    strategy = AlgorithmStrategy(FedBCGD(num_blocks=5, server_momentum=0.5), model=Net(), num_clients=10,
+                                 per_round=5, seed=0)
+    result = strategy.start(grid=grid, initial_arrays=ArrayRecord(Net().state_dict()), num_rounds=20)
+
+Before the first round every node is asked (a ``query`` message, ``client_helper.answer_join``) which partition it
+holds (its ``partition-id``): client i of the sampler is the node with partition i.
+"""
+from __future__ import annotations
+
+import time
+from logging import INFO, WARNING
+from typing import Iterable, Optional
+
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Strategy
+from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords, sample_nodes
+from flwr.supercore import log
+
+from fl_lightning.assembly.outside import InProcessServer
+from fl_lightning.deploy import messages, wire
+from fl_lightning.errors import ConfigError, refuse_in_one_line
+from fl_lightning.federation.contexts import ClientContext
+from fl_lightning.federation.seams import ClientRunner
+from fl_lightning.federation.user_module import RecordedLogs
+
+FIELD = "AlgorithmStrategy"
+JOIN = "query"
+METRICS = "metrics"
+
+
+class SentBytes:
+    """What a client downloaded, as the node counted it (``Payload.nbytes``)."""
+
+    def __init__(self, nbytes: int):
+        self.nbytes = nbytes
+
+
+class NodeSums(ClientRunner):
+    """The loop's runner here: the clients train on the nodes; ``reported`` adds the sums the node's
+    ``on_client_reported`` derived (Δc_i, ...), in plan order, and notes which round of each client was aggregated
+    (the node commits its rows on that word)."""
+
+    def __init__(self, trainer):
+        super().__init__(trainer)
+        self.aggregated: dict[int, int] = {}
+
+    def run(self, positions, plan):
+        raise RuntimeError("AlgorithmStrategy's clients train on their Flower nodes")
+
+    def reported(self, client) -> None:
+        self.aggregated[client.client_id] = client.round
+        for channel, values in client.scratch.get(self, []):
+            client.received.add_sum(channel, values.to(client.received.device))
+
+
+def request_body(server: InProcessServer, job, aggregated_round: int) -> dict:
+    """What one client's train message carries: everything its ``ClientJob`` holds, and how to rebuild the hooks."""
+    codec = server.codec
+    return {"run_id": job.run_id, "round": job.round, "lr": job.plan.lr, "position": job.task.position,
+            "plan": [wire.task_record(t) for t in job.plan.clients], "aggregated_round": aggregated_round,
+            "global_vector": job.global_vector.detach().cpu().clone(),
+            "callback_states": [cb.state_dict() for cb in job.callbacks],
+            "algorithm": server.algorithm.spec(), "algorithm_name": job.algorithm,
+            "compression": "none" if codec is None else
+            {"class_path": f"{type(codec).__module__}.{type(codec).__qualname__}", "init_args": codec.options()},
+            "num_clients": len(server.loop.clients), "per_round": server.per_round, "seed": server.seed,
+            "num_samples": list(server.loop.clients.sizes) if any(server.loop.clients.sizes) else None,
+            "weighted": job.weighted, "grad_clip": job.grad_clip, "local_epochs": server.local_epochs,
+            "segments": [[name, list(shape)] for name, shape in job.segments]}
+
+
+class AlgorithmStrategy(Strategy):
+    """Args:
+        algorithm: a registry name, an ``Algorithm`` or its options as a mapping with ``name`` (as InProcessServer).
+        model: the network the ServerApp and the ClientApps train (its layout, blocks and floating buffers);
+            ``start(initial_arrays=...)`` gives x^0.
+        num_clients: M (node partitions 0..M-1); per_round: S (default M); seed: the run seed.
+        compression, local_epochs, num_samples, weighted_aggregation, grad_clip, server_optimizer, directory:
+            as ``InProcessServer``.
+        fraction_evaluate: the share of nodes sent the global model after each round (0: no federated evaluation).
+        join_timeout: seconds ``start`` waits for M nodes to connect.
+    """
+
+    def __init__(self, algorithm="fedavg", *, model: torch.nn.Module, num_clients: int,
+                 per_round: Optional[int] = None, seed: int = 0, compression=None,
+                 local_epochs: Optional[int] = None, num_samples=None, weighted_aggregation: bool = False,
+                 grad_clip: Optional[float] = None, server_optimizer=None, directory: Optional[str] = None,
+                 fraction_evaluate: float = 1.0, join_timeout: float = 120.0):
+        self.server = InProcessServer(model, algorithm=algorithm, clients=num_clients, per_round=per_round, seed=seed,
+                                      compression=compression, local_epochs=local_epochs, num_samples=num_samples,
+                                      weighted_aggregation=weighted_aggregation, grad_clip=grad_clip,
+                                      server_optimizer=server_optimizer, directory=directory)
+        self.server.loop.runner = self.sums = NodeSums(self.server.loop.local_trainer)
+        self.fraction_evaluate, self.join_timeout = fraction_evaluate, join_timeout
+        self.node_of: dict[int, int] = {}
+        self.sent: dict[int, tuple] = {}  # client → (job, sent message bytes) of the open round
+        self.traffic: list[dict] = []  # per round and client: the bytes in Flower's messages and the counted bytes
+
+    # -- start: which node holds which partition ------------------------------------------------------
+    def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600, **kwargs):
+        """Loads x^0 from ``initial_arrays``, asks the nodes their partitions, then Flower's own round loop."""
+        self._load_initial(initial_arrays)
+        self.join(grid)
+        return super().start(grid, initial_arrays, num_rounds=num_rounds, timeout=timeout, **kwargs)
+
+    def _load_initial(self, arrays: ArrayRecord) -> None:
+        server = self.server
+        if server.round_idx != 0:
+            return  # a strategy started again goes on from its own x^r
+        try:
+            server.net.load_state_dict(arrays.to_torch_state_dict())
+        except RuntimeError as err:
+            raise refuse_in_one_line(ConfigError(f"{FIELD}.start(initial_arrays=...)", "is not the state dict of "
+                                                 f"the strategy's model: {str(err).splitlines()[0]}; give "
+                                                 "ArrayRecord(model.state_dict()) of the same network")) from None
+        server.global_vector.copy_(server.flat.vector.detach())  # the parameters are views of flat.vector
+
+    def join(self, grid: Grid) -> dict[int, int]:
+        """{client: node id}: every node answers its ``partition-id`` (``client_helper.answer_join``)."""
+        num_clients = len(self.server.loop.clients)
+        deadline = time.monotonic() + self.join_timeout
+        nodes = list(grid.get_node_ids())
+        while len(nodes) < num_clients and time.monotonic() < deadline:
+            time.sleep(0.2)
+            nodes = list(grid.get_node_ids())
+        asks = [Message(RecordDict({messages.RECORD: ConfigRecord({"join": self.server.run_id})}), dst_node_id=node,
+                        message_type=JOIN) for node in nodes]
+        for reply in grid.send_and_receive(asks, timeout=self.join_timeout):
+            if reply.has_error():
+                log(WARNING, "node %s did not join: %s", reply.metadata.src_node_id, reply.error.reason)
+                continue
+            partition = int(reply.content[messages.RECORD]["partition-id"])
+            if not 0 <= partition < num_clients:
+                raise refuse_in_one_line(ConfigError(f"{FIELD}(num_clients=...)", f"node {reply.metadata.src_node_id}"
+                                                     f" holds partition {partition}, outside clients 0..{num_clients - 1}"
+                                                     ": give num_clients as many as the federation's partitions"))
+            if partition in self.node_of and self.node_of[partition] != reply.metadata.src_node_id:
+                raise refuse_in_one_line(ConfigError("partition-id", f"nodes {self.node_of[partition]} and "
+                                                     f"{reply.metadata.src_node_id} both hold partition {partition}: "
+                                                     "give each SuperNode its own partition-id"))
+            self.node_of[partition] = reply.metadata.src_node_id
+        missing = [c for c in range(num_clients) if c not in self.node_of]
+        if missing:
+            raise refuse_in_one_line(ConfigError(f"{FIELD}(num_clients=...)", f"no node holds partition(s) "
+                                                 f"{missing[:5]} of {num_clients} after {self.join_timeout:.0f} s: "
+                                                 "start one SuperNode per partition (partition-id) or give "
+                                                 "num_clients as many as there are"))
+        return self.node_of
+
+    # -- a round ---------------------------------------------------------------------------------------
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        """The round's sampled clients (fl-lightning fit's sampler and plan), one message each to its node."""
+        if not self.node_of:
+            self.join(grid)
+        jobs = self.server.start_round()
+        out, self.sent = [], {}
+        for job in jobs:
+            body = request_body(self.server, job, self.sums.aggregated.get(job.client_id, -1))
+            content = RecordDict({messages.RECORD: ConfigRecord({messages.KEY: wire.to_bytes(body)}),
+                                  "config": ConfigRecord({**dict(config), "server-round": server_round})})
+            message = Message(content, dst_node_id=self.node_of[job.client_id], message_type=MessageType.TRAIN,
+                              group_id=str(server_round))
+            self.sent[job.client_id] = (job, messages.wire_bytes(message))
+            out.append(message)
+        log(INFO, "configure_train: %s of %s clients (%s)", len(jobs), len(self.server.loop.clients),
+            self.server.algorithm.name)
+        return out
+
+    def aggregate_train(self, server_round: int,
+                        replies: Iterable[Message]) -> tuple[Optional[ArrayRecord], Optional[MetricRecord]]:
+        """The replies rebuilt into the loop's client contexts, then fl-lightning fit's server step."""
+        server, received = self.server, {}
+        for reply in replies:
+            data, error = messages.body(reply)
+            if error is not None:
+                log(WARNING, "round %s: node %s did not report: %s", server_round, reply.metadata.src_node_id, error)
+                continue
+            result = wire.from_bytes(data)
+            if result["run_id"] != server.run_id or result["round"] != server.round_idx:
+                raise refuse_in_one_line(ConfigError(FIELD, f"a reply for round {result['round'] + 1} of run "
+                                                     f"{result['run_id'][:8]} reached round {server.round_idx + 1} "
+                                                     f"of run {server.run_id[:8]}: reply to each train message with "
+                                                     "fit_reply(message, ...) of that message"))
+            received[int(result["client_id"])] = (result, messages.wire_bytes(reply))
+        for client_id, (job, sent_bytes) in self.sent.items():
+            result, reply_bytes = received.get(client_id, (None, 0))
+            if result is not None:
+                job.result = self._client(job, result)
+            self.traffic.append({"round": server_round, "partition": client_id, "node_id": self.node_of[client_id],
+                                 "sent_message_bytes": sent_bytes, "received_message_bytes": reply_bytes,
+                                 "counted_download_bytes": 0 if result is None else int(result["download_bytes"]),
+                                 "counted_upload_bytes": 0 if result is None else job.result[0].upload.nbytes,
+                                 "reported": int(result is not None)})
+        loss = server.end_round()
+        self.sent = {}
+        rows = [row for row in self.traffic if row["round"] == server_round]
+        metrics = {"message-bytes-sent": sum(r["sent_message_bytes"] for r in rows),
+                   "message-bytes-received": sum(r["received_message_bytes"] for r in rows),
+                   "upload_d": server.comm.upload_d, "clients-reported": sum(r["reported"] for r in rows)}
+        if loss is not None:
+            metrics["train_loss"] = float(loss)
+        return ArrayRecord(server.global_state()), MetricRecord(metrics)
+
+    def _client(self, job, result: dict) -> tuple:
+        loop, task = self.server.loop, job.task
+        client = ClientContext(task, job.round, job.plan.lr, 0.0, 0.0, float(result["weight"]), loop.flat.vector,
+                               loop.flat.grad, self.server.global_vector)
+        client.upload = wire.payload_from(result["upload"])
+        client.download = SentBytes(int(result["download_bytes"]))
+        client.steps = int(result["steps"])
+        client.scratch[self.sums] = result["sums"]
+        return client, result["loss_sum"], RecordedLogs()
+
+    # -- federated evaluation: the global model to the nodes' own evaluate ----------------------------
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                           grid: Grid) -> Iterable[Message]:
+        if self.fraction_evaluate <= 0.0:
+            return []
+        nodes = sorted(grid.get_node_ids())
+        if self.fraction_evaluate < 1.0:
+            nodes, _ = sample_nodes(grid, 1, max(1, int(len(nodes) * self.fraction_evaluate)))
+        record = RecordDict({"arrays": arrays, "config": ConfigRecord({**dict(config), "server-round": server_round})})
+        return [Message(record, dst_node_id=node, message_type=MessageType.EVALUATE, group_id=str(server_round))
+                for node in nodes]
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> Optional[MetricRecord]:
+        """The nodes' MetricRecords, averaged weighted by their ``num-examples`` (as Flower's FedAvg)."""
+        contents = [reply.content for reply in replies if not reply.has_error()]
+        return aggregate_metricrecords(contents, "num-examples") if contents else None
+
+    def summary(self) -> None:
+        server = self.server
+        log(INFO, "\t├──> %s: %r, codec %r", FIELD, server.algorithm, server.codec)
+        log(INFO, "\t└──> %s of %s clients a round, seed %s (fl-lightning fit's sampler and server step)",
+            server.per_round, len(server.loop.clients), server.seed)
+
+    # -- the global model and the state --------------------------------------------------------------------
+    def global_state(self) -> dict[str, torch.Tensor]:
+        return self.server.global_state()
+
+    @property
+    def comm(self):
+        """Counted bytes and floats each way (CommMeter: ``upload_d``, ...), as ``fl-lightning fit`` counts them."""
+        return self.server.comm
