@@ -50,11 +50,11 @@ def flower_run(ns, algorithm, codec, start, shards, rounds=2):
     return strategy, result
 
 
-@pytest.mark.parametrize("ns", [pl, L], ids=["pytorch_lightning", "lightning.pytorch"])
-@pytest.mark.parametrize("name", list(ALGORITHMS))
+CASES = [(name, L) for name in ALGORITHMS] + [("fedbcgd", pl), ("scaffold", pl)]  # both Lightning namespaces
+
+
+@pytest.mark.parametrize("name,ns", CASES, ids=[f"{n}-{ns.__name__}" for n, ns in CASES])
 def test_a_flower_app_ends_with_the_fits_global_model(name, ns):
-    if ns is pl and name not in ("fedbcgd",):
-        pytest.skip("one algorithm in the second namespace keeps the file fast")
     algorithm, codec = ALGORITHMS[name]
     module, data, start = fit_run(ns, algorithm, codec)
     strategy, result = flower_run(ns, algorithm, codec, start, shards_of(data))
@@ -122,3 +122,37 @@ def test_a_message_not_from_the_strategy_is_refused():
                     message_type=MessageType.TRAIN)
     with pytest.raises(FLUserError, match=r"^fit_reply: this message was not sent by AlgorithmStrategy"):
         grid.client_app(plain, grid.contexts[message.metadata.dst_node_id])
+
+
+def test_the_flower_app_example_ends_with_the_fits_global_model(tmp_path, monkeypatch):
+    """examples/flower_app: its ServerApp and ClientApp on 4 in-process nodes with its pyproject's run config
+    (FedBCGD N = 2, 3 rounds, with federated evaluation) save fl-lightning fit's global model, bit for bit."""
+    import tomllib
+
+    from fl_lightning import FederatedDataModule, FederatedModule
+    from flwr.app import Context, RecordDict
+    from tests.conftest import make_trainer
+
+    app_dir = REPO / "examples" / "flower_app"
+    monkeypatch.syspath_prepend(str(app_dir))
+    from flower_app.client_app import app as client
+    from flower_app.server_app import app as server
+    from flower_app.task import LitDigits
+
+    config = tomllib.loads((app_dir / "pyproject.toml").read_text())["tool"]["flwr"]
+    run_config = dict(config["app"]["config"], save=str(tmp_path / "final_model.pt"))
+    nodes = config["federations"]["local-simulation"]["options"]["num-supernodes"]
+    grid = InlineGrid(client, nodes, run_config)
+    server(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run_config))
+
+    L.seed_everything(0, verbose=False)
+    module = FederatedModule(LitDigits(), algorithm=FedBCGD(num_blocks=2), clients_per_round=4, local_epochs=1,
+                             batch_size=32, lr=0.1, lr_decay=1.0, weight_decay=0.0)
+    module.prints_summary = False
+    make_trainer(run_config["num-server-rounds"]).fit(module, FederatedDataModule("digits", num_clients=nodes))
+    saved = torch.load(tmp_path / "final_model.pt")
+    for key, value in module.net.state_dict().items():
+        assert torch.equal(saved[key], value), key
+
+
+REPO = __import__("pathlib").Path(__file__).resolve().parents[1]

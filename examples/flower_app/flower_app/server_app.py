@@ -1,0 +1,27 @@
+"""flower-app's ServerApp: Flower's own ``strategy.start`` loop, with an fl-lightning algorithm as the strategy."""
+import json
+
+import lightning.pytorch as L
+import torch
+from flwr.app import ArrayRecord, Context
+from flwr.serverapp import Grid, ServerApp
+
+from fl_lightning.deploy.strategy import AlgorithmStrategy  # + FL
+from flower_app.task import LitDigits
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    config = context.run_config
+    L.seed_everything(int(config["seed"]), verbose=False)
+    model = LitDigits()
+    num_clients = len(list(grid.get_node_ids()))  # one SuperNode per partition
+    algorithm = {"name": config["algorithm"], **json.loads(config["algorithm-options"])}  # + FL
+    strategy = AlgorithmStrategy(algorithm, model=model, num_clients=num_clients,  # + FL: was FedAvg(...)
+                                 per_round=int(config["per-round"]), seed=int(config["seed"]))  # + FL
+    result = strategy.start(grid=grid, initial_arrays=ArrayRecord(model.state_dict()),
+                            num_rounds=int(config["num-server-rounds"]))
+    print(f"uploaded {strategy.comm.upload_d:.3f} d per client (counted as fl-lightning fit counts it)")  # + FL
+    torch.save(result.arrays.to_torch_state_dict(), str(config["save"]))
