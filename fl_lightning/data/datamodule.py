@@ -358,13 +358,19 @@ class FederatedDataModule(pl.LightningDataModule):
         return class_histogram(self.split.train_y, self.client_indices, self.split.num_classes)
 
     def save_partition(self, path: str) -> None:
-        """Write the per-client class histogram as CSV (one row per client)."""
+        """Write the per-client class histogram as CSV (one row per client); with data.personal_fraction also each
+        client's held-out share (``held_out``, ``held_class_c``), so that the label prior can be re-made from it."""
         hist = self.histogram()
+        classes = hist.shape[1]
+        held = None if self.personal is None else [
+            [len(self.personal.of(i)[1])] + torch.bincount(self.personal.of(i)[1].long(), minlength=classes).tolist()
+            for i in range(len(self.client_indices))]
         with open(path, "w", newline="") as f:
             writer = csv.writer(f)
-            writer.writerow(["client", "samples"] + [f"class_{c}" for c in range(hist.shape[1])])
+            writer.writerow(["client", "samples"] + [f"class_{c}" for c in range(classes)]
+                            + ([] if held is None else ["held_out"] + [f"held_class_{c}" for c in range(classes)]))
             for i, row in enumerate(hist.tolist()):
-                writer.writerow([i, len(self.client_indices[i])] + row)
+                writer.writerow([i, len(self.client_indices[i])] + row + ([] if held is None else held[i][:1 + classes]))
 
     def use_input_config(self, mean: tuple, std: tuple, interpolation: str, image_size: int) -> None:
         """Feed images as a pretrained model expects them (timm's data config): its mean/std and

@@ -125,10 +125,27 @@ def group_runs(runs: dict[Path, Optional[dict]], by_dir: bool = False) -> dict[s
         if settings is None:
             label = run.name
         else:
-            label = ", ".join(setting_label(k, settings.get(k)) for k in differing if settings.get(k) is not None)
-            label = label or run.parent.name
+            parts = [setting_label(k, settings.get(k)) for k in differing if settings.get(k) is not None
+                     and not without_effect(k, settings)]
+            for key in differing:  # an option set on other runs only, as a whole (model.privacy.*): "privacy=none"
+                owner = ".".join(key.split(".")[:2])
+                if key.count(".") > 1 and not any(k.startswith(owner + ".") and v is not None for k, v in settings.items()):
+                    parts += [] if f"{owner.split('.')[-1]}=none" in parts else [f"{owner.split('.')[-1]}=none"]
+            label = ", ".join(parts) or run.parent.name
         groups.setdefault(label, []).append(run)
     return groups
+
+
+def without_effect(key: str, settings: dict) -> bool:
+    """A setting that changes nothing in this run: adaptive clipping's step and count noise without adaptive clipping."""
+    return key.endswith(("privacy.clip_lr", "privacy.count_noise")) and \
+        settings.get(key.rsplit(".", 1)[0] + ".adaptive_quantile") is None
+
+
+def with_epsilon(summaries: dict[str, list[dict]]) -> dict[str, str]:
+    """Label → label: a DP group's ends with the ε its runs reached (one per row: check_same_privacy)."""
+    return {label: f"{label}, ε={s[0]['final_epsilon']:.3g}" if "final_epsilon" in s[0] else label
+            for label, s in summaries.items()}
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
@@ -141,9 +158,12 @@ def mean_std(values: list[float]) -> tuple[float, float]:
 
 
 def fmt(value: float, digits: int = 4) -> str:
+    """``0.3472``; a value too small for ``digits`` decimals (δ = 1e-5) in scientific notation, never 0.0000."""
     if math.isnan(value):
         return "—"
-    return "∞" if math.isinf(value) else f"{value:.{digits}f}"
+    if math.isinf(value):
+        return "∞"
+    return f"{value:.3g}" if 0 < abs(value) < 10 ** -(digits - 1) else f"{value:.{digits}f}"
 
 
 def paper_cell(acc: tuple[float, float], floats: float) -> str:
@@ -320,6 +340,8 @@ def main(args: list[str]) -> int:
     for line in add_baselines({label: [(runs[r], settings[r]) for r in members] for label, members in groups.items()},
                               summaries):
         print(f"fl-lightning report: {line}")
+    names = with_epsilon(summaries)
+    groups, summaries = ({names[label]: value for label, value in d.items()} for d in (groups, summaries))
     print(write_tables(table(summaries, options.target, options.window, budgets, metric), options.out,
                        options.target, options.window, mode), end="")
     plot({label: [curves[r] for r in runs] for label, runs in groups.items()}, options.out, options.target,
