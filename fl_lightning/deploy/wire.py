@@ -15,10 +15,11 @@ import io
 import torch
 
 from fl_lightning.federation.messages import Part, Payload
-from fl_lightning.compression.codecs import QuantizedMessage, SparseMessage
+from fl_lightning.compression.codecs import QuantizedMessage, RotatedSignMessage, SignMessage, SparseMessage
 from fl_lightning.federation.contexts import ClientTask
 
-MESSAGES = {cls.__name__: cls for cls in (SparseMessage, QuantizedMessage)}  # PowerSGD's: not deployable yet
+MESSAGES = {cls.__name__: cls for cls in (SparseMessage, QuantizedMessage, SignMessage, RotatedSignMessage)}
+# PowerSGD's: not deployable yet. EDEN's RotatedSignMessage travels with its ±1 diagonal (the server could redraw it).
 TASK_FIELDS = ("client_id", "position", "seed", "num_samples", "upload_ranges", "local_epochs", "pooled", "lost",
                "max_steps")
 
