@@ -11,6 +11,9 @@ Each client's task goes in a Flower message to the SuperNode that holds its part
   which holds a ``node.NodeSession`` (the data, the working model, the client-state store).
 - ``wire``: what a task and a reply carry, as bytes (loaded with ``weights_only``: no pickled code).
 - ``local``: ``fl-lightning flower-local``: SuperLink, SuperNodes and the run on loopback, in one command.
+- ``strategy``, ``client_helper``: any algorithm in a user's own Flower app — ``AlgorithmStrategy`` (a Flower
+  ``Strategy`` on ``InProcessServer``) and ``fit_reply`` for their ClientApp; ``inline_grid``: a ``Grid`` of
+  in-process nodes (tests, debugging without Ray).
 
 Nothing here is imported by a simulation: ``import fl_lightning`` and ``fl-lightning fit`` never import flwr.
 """
