@@ -156,3 +156,10 @@ def test_the_flower_app_example_ends_with_the_fits_global_model(tmp_path, monkey
 
 
 REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+def test_initial_arrays_of_another_model_are_refused():
+    strategy = AlgorithmStrategy("fedavg", model=make_net(L)(), num_clients=M, per_round=S)
+    with pytest.raises(FLUserError, match=r"^AlgorithmStrategy.start\(initial_arrays=...\): is not the state dict "
+                                          r"of the strategy's model"):
+        strategy.start(grid=InlineGrid(ClientApp(), M), initial_arrays=ArrayRecord({"w": torch.zeros(2)}))
