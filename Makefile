@@ -9,8 +9,9 @@ STAMP := $(VENV)/.fl-lightning-installed
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
+	@echo "fl-lightning: installing into $(VENV) (torch, Lightning and their dependencies: a few minutes the first time)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,flower]'
+	$(BIN)/python -m pip install --disable-pip-version-check --progress-bar on -e '.[dev,flower]'
 	touch $(STAMP)
 
 run: $(STAMP)

@@ -51,3 +51,20 @@ def test_a_type_error_in_a_config_file_names_the_option_not_an_import():
     assert run.returncode == 2 and run.stderr.strip().splitlines() == [
         "fl-lightning: error: model.algorithm.num_blocks: got 'three'; FedBCGD's num_blocks takes an integer or null"]
     assert not os.path.exists("runs")
+
+
+def test_a_fit_and_the_calculator_print_no_library_noise():
+    """No Lightning tip, no LeafSpec deprecation, and dp-accounting's non-converging orders as one line at most."""
+    fit = subprocess.run([FL, "fit", "--config", QUICKSTART, *QUIET, "--trainer.max_epochs", "1",
+                          "--model.privacy.noise_multiplier", "1", "--model.privacy.sampling", "poisson"],
+                         capture_output=True, text=True)
+    assert fit.returncode == 0, fit.stderr
+    out = fit.stdout + fit.stderr
+    assert "Tip:" not in out and "LeafSpec" not in out and "absl" not in out
+    assert sum("dp-accounting left out" in line for line in out.splitlines()) <= 1
+    calc = subprocess.run([FL, "privacy", "--rounds", "1000", "--cohort", "100", "--population", "1000", "--epsilon", "1",
+                           "--sampling", "poisson"], capture_output=True, text=True)
+    lines = (calc.stdout + calc.stderr).strip().splitlines()
+    assert calc.returncode == 0 and "absl" not in calc.stderr and len(lines) == 2, lines
+    assert lines[0].startswith("noise_multiplier 12.8752 gives ε = 0.9994 ≤ 1 after R=1000 rounds")
+    assert lines[1].startswith("fl-lightning: dp-accounting left out ") and "(still an upper bound)" in lines[1]

@@ -38,6 +38,7 @@ from fl_lightning.models.timm_models import architecture_only
 from fl_lightning.module_options import SYSTEM_KEYS, check_trainer, system_specs
 from fl_lightning.cli.options import moved
 from fl_lightning.cli.messages import plain_message
+from fl_lightning.cli.quiet import quiet_lightning
 from fl_lightning.runs.identity import ID_LINE, TAKES_EFFECT_AT_RESUME, names_its_logger, run_id, run_label
 from fl_lightning.runs.resumed_folder import continue_in_checkpoint_folder, go_on_in
 from fl_lightning.models.sizing import size_network_by_data
@@ -149,6 +150,7 @@ class FederatedCLI(LightningCLI):
 
     def __init__(self, args=None, run: bool = True, callbacks=()):
         args = expand_names(expand_args(list(sys.argv[1:] if args is None else args)))  # + aggregator/attack names
+        quiet_lightning()  # no Lightning tips or its internal deprecation warnings on the terminal
         self._given_args, self.run_id = args, None
         warnings.filterwarnings("ignore", message=r"LightningCLI's args parameter is intended")  # args are explicit
         defaults = {**TRAINER_DEFAULTS, "callbacks": list(callbacks)} if callbacks else TRAINER_DEFAULTS

@@ -50,4 +50,7 @@ def main(args: list[str]) -> int:
         eps = accountant.epsilon(a.noise_multiplier, a.rounds, a.cohort, a.population, delta, a.sampling,
                                  a.accountant, a.mechanism)
         print(f"ε = {eps:.4f} with noise_multiplier {a.noise_multiplier:g} after {where}")
+    note = accountant.DROPPED_ORDERS.note()
+    if note:
+        print(note)
     return 0

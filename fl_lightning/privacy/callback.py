@@ -68,6 +68,9 @@ class ClientDP(FLCallback):
         if opts.adaptive_quantile is not None:
             update_noise_multiplier(self.noise_multiplier, self.count_noise)  # σ_b too small: one line now
         first = self.epsilon_after(1)  # also computes (once) the round's event, which every later round reuses
+        note = accountant.DROPPED_ORDERS.note()  # dp-accounting's warnings: one line at most
+        if note:
+            print(note)
         if opts.epsilon_budget is not None and first > opts.epsilon_budget:
             raise ConfigError("model.privacy.epsilon_budget", f"one round already spends ε = "
                               f"{first:.3g} > {opts.epsilon_budget:g}; raise the budget or the noise")
