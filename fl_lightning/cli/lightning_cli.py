@@ -72,6 +72,16 @@ def check_before_any_directory(trainer) -> None:
                                   "choose a directory you can write")
 
 
+def check_blocks_before_data(config) -> None:
+    """S < N blocks refused from the options alone, before any data is read (decoding images takes minutes)."""
+    algorithm = (config.get("model") or {}).get("algorithm")
+    init_args = getattr(algorithm, "init_args", None)
+    blocks, s = (init_args.get("num_blocks") if init_args is not None else None), config["model"].get("clients_per_round")
+    if isinstance(blocks, int) and isinstance(s, int) and s < blocks:
+        raise ConfigError("model.clients_per_round", f"S={s} < N={blocks} blocks: every block needs a client each "
+                          "round; raise S or lower model.algorithm.num_blocks")
+
+
 def plain(value):
     """A setting as JSON would hold it (Namespaces → dicts, tuples → lists, class paths as the class's own
     module path), to compare with a checkpoint's."""
@@ -165,6 +175,7 @@ class FederatedCLI(LightningCLI):
         setting but the seed (unless the config sets a group) and tagged ``run-id:<run id>``; a resumed
         fit continues the W&B run its checkpoint logged to."""
         config = self.config[self.subcommand] if self.subcommand else self.config
+        check_blocks_before_data(config)
         self.sized_by = size_network_by_data(config, FederatedDataModule)  # its data read once, and used
         loggers = config.get("trainer", {}).get("logger")
         for logger in loggers if isinstance(loggers, list) else [loggers]:

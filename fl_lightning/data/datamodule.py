@@ -127,6 +127,8 @@ class FederatedDataModule(pl.LightningDataModule):
         quantity_sigma: σ > 0, with partition quantity: client sizes ∝ LogNormal(0, σ²) (default 1.0).
         personal_fraction: share of every client's own data held out (seeded) for per-client evaluation
             (pval/*, fl_lightning.personalization); None: no per-client evaluation.
+        eval_samples: evaluate val/* and test/* on this many images of each (the same seeded subsample every
+            round and in every run; the summary line says so); None: all of them.
     """
 
     def __init__(self, dataset: str = "digits", num_clients: int = 20, partition: str = "dirichlet",
@@ -136,8 +138,12 @@ class FederatedDataModule(pl.LightningDataModule):
                  cache_dir: Optional[str] = "~/.cache/fl-lightning", emnist_split: str = "byclass",
                  eval_batch_size: int = 1000, dataset_args: Optional[dict] = None, val_fraction: float = 0.1,
                  classes_per_client: Optional[int] = None, quantity_sigma: Optional[float] = None,
-                 personal_fraction: Optional[float] = None):
+                 personal_fraction: Optional[float] = None, eval_samples: Optional[int] = None):
         super().__init__()
+        if eval_samples is not None and eval_samples < 1:
+            raise ConfigError("data.eval_samples", f"must be ≥ 1 (images evaluated per split), got {eval_samples}; "
+                              "leave it unset to evaluate on all")
+        self.eval_samples = eval_samples
         check_partition_options(partition, classes_per_client, quantity_sigma)
         check_fraction(personal_fraction)
         self.classes_per_client, self.quantity_sigma = classes_per_client, quantity_sigma
@@ -262,12 +268,28 @@ class FederatedDataModule(pl.LightningDataModule):
     def val_dataloader(self):
         self.setup()
         if self.split.val_x is not None:
-            return TensorBatches(self.split.val_x, self.split.val_y, batch_size=self.eval_batch_size, **self._shard())
+            return TensorBatches(*self.evaluated("val"), batch_size=self.eval_batch_size, **self._shard())
         return self.test_dataloader()
 
     def test_dataloader(self):
         self.setup()
-        return TensorBatches(self.split.test_x, self.split.test_y, batch_size=self.eval_batch_size, **self._shard())
+        return TensorBatches(*self.evaluated("test"), batch_size=self.eval_batch_size, **self._shard())
+
+    def evaluated(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """The images val/* or test/* is computed on: all, or data.eval_samples of them (a fixed seeded draw, in order)."""
+        x, y = getattr(self.split, f"{split}_x"), getattr(self.split, f"{split}_y")
+        if self.eval_samples is None or self.eval_samples >= len(y):
+            return x, y
+        kept = torch.randperm(len(y), generator=torch.Generator().manual_seed(0xE7A1))[:self.eval_samples].sort().values
+        return x[kept], y[kept]
+
+    def eval_note(self) -> str:
+        """``, val/test on 500 of 4500 / 500 of 10000 images`` for the summary line when data.eval_samples cuts them."""
+        if self.eval_samples is None or self.split is None:
+            return ""
+        sizes = [len(y) for y in (self.split.val_y, self.split.test_y) if y is not None]
+        shown = " / ".join(f"{min(self.eval_samples, n)} of {n}" for n in sizes)
+        return f", {'val/test' if len(sizes) == 2 else 'test'} on {shown} images (data.eval_samples)"
 
     def settings(self) -> dict:
         """The options that decide what the clients hold (checked when a run resumes)."""
@@ -278,7 +300,8 @@ class FederatedDataModule(pl.LightningDataModule):
                 "synthetic_beta": opts.synthetic_beta, "image_size": opts.image_size, "augment": opts.augment,
                 "emnist_split": opts.emnist_split, "dataset_args": self.dataset_args or None,
                 **{key: value for key, value in (("classes_per_client", self.classes_per_client),
-                   ("quantity_sigma", self.quantity_sigma), ("personal_fraction", self.personal_fraction))
+                   ("quantity_sigma", self.quantity_sigma), ("personal_fraction", self.personal_fraction),
+                   ("eval_samples", self.eval_samples))
                    if value is not None}}
 
     def state_dict(self) -> dict:

@@ -59,5 +59,6 @@ def summary(trainer: pl.Trainer, module) -> str:
     value = lambda key: float(metrics[key]) if key in metrics else None
     for callback in module.fl_callbacks:  # e.g. client-level DP's ε, δ, sampling and, near chance, a hint
         shown += callback.summary(value("val/acc"), value("val/loss"), getattr(trainer.datamodule, "num_classes", 0))
+    shown += getattr(trainer.datamodule, "eval_note", lambda: "")()  # data.eval_samples: on how many images
     return (f"fl-lightning: {trainer.current_epoch} {steps_word(module)}, final {shown}, comm/upload_d {module.loop.comm.upload_d:.2f}, run dir "
             f"{os.path.abspath(folder)}")
