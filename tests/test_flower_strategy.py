@@ -163,3 +163,50 @@ def test_initial_arrays_of_another_model_are_refused():
     with pytest.raises(FLUserError, match=r"^AlgorithmStrategy.start\(initial_arrays=...\): is not the state dict "
                                           r"of the strategy's model"):
         strategy.start(grid=InlineGrid(ClientApp(), M), initial_arrays=ArrayRecord({"w": torch.zeros(2)}))
+
+
+# -- a killed ServerApp resumes from its checkpoint ------------------------------------------------------
+def grid_with_state_dirs(shards, root):
+    """A new Flower run's nodes: fresh ``context.state``; each node's ``state-dir`` is kept across runs."""
+    grid = InlineGrid(client_app(L, shards), M)
+    for context in grid.contexts.values():
+        context.node_config["state-dir"] = str(root / f"node{context.node_config['partition-id']}")
+    return grid
+
+
+def test_a_killed_strategy_resumes_from_its_checkpoint_exactly(tmp_path):
+    """FedBCGD+ (server c and momentum with the strategy, c_i on the nodes): 2 rounds with checkpoint=, round 3
+    trained by the nodes but never aggregated (the ServerApp killed mid-round), then a new strategy and a new Flower
+    run (fresh context.state, the same state-dirs) with num_rounds=3: the fit's 3-round model, bit for bit."""
+    algorithm = FedBCGDPlus(num_blocks=2)
+    module, data, start = fit_run(L, algorithm, None, rounds=3)
+    shards, checkpoint = shards_of(data), str(tmp_path / "strategy.ckpt")
+
+    def strategy():
+        return AlgorithmStrategy(copy.deepcopy(algorithm), model=make_net(L)(), num_clients=M, per_round=S, seed=0,
+                                 fraction_evaluate=0.0, checkpoint=checkpoint)
+
+    first, grid = strategy(), grid_with_state_dirs(shards, tmp_path)
+    first.start(grid=grid, initial_arrays=ArrayRecord(start), num_rounds=2)
+    assert torch.load(checkpoint, weights_only=True)["server"]["round"] == 2
+    grid.send_and_receive(first.configure_train(3, ArrayRecord(), __import__("flwr").app.ConfigRecord(), grid))
+    del first  # killed before aggregate_train: its nodes hold round 3's rows, pending
+
+    resumed, grid = strategy(), grid_with_state_dirs(shards, tmp_path)
+    result = resumed.start(grid=grid, initial_arrays=ArrayRecord(make_net(L)().state_dict()), num_rounds=3)
+    assert set(result.train_metrics_clientapp) == {1}  # Flower's rounds restart at 1: one round was left
+    assert torch.equal(resumed.server.global_vector, module.global_vector)
+    assert resumed.comm.state_dict() == module.loop.comm.state_dict()
+    assert [r["round"] for r in resumed.traffic] == [1, 1, 2, 2, 3, 3]
+    for key, value in module.net.state_dict().items():
+        assert torch.equal(result.arrays.to_torch_state_dict()[key], value), key
+
+
+def test_a_checkpoint_of_other_options_is_refused(tmp_path):
+    checkpoint = str(tmp_path / "strategy.ckpt")
+    AlgorithmStrategy("fedavg", model=make_net(L)(), num_clients=M, per_round=S, seed=0).save(checkpoint)
+    other = AlgorithmStrategy("scaffold", model=make_net(L)(), num_clients=M, per_round=S, seed=0,
+                              checkpoint=checkpoint)
+    with pytest.raises(FLUserError, match=r"^InProcessServer\(algorithm=...\): is .*scaffold.* but .*fedavg.* in "
+                                          r"the saved server: resume with the same options"):
+        other.start(grid=InlineGrid(ClientApp(), M), initial_arrays=ArrayRecord(make_net(L)().state_dict()))

@@ -16,9 +16,12 @@ through trainer_path's ``ClientHooks``), then the algorithm's ``on_client_report
 deployment's nodes do (fl_lightning.deploy.node): its derived sums (Δc_i, ...) go back in the reply, its rows (c_i,
 h_i, codec residuals, personal rows) stay in ``context.state`` and are committed once the strategy says it aggregated
 that upload (the next message's ``aggregated_round``). The reply is the upload as sent (fl_lightning.deploy.wire).
+With a node config ``state-dir="DIR"`` the rows are also written to a file there, so they outlive the Flower run: a
+ServerApp resumed from its checkpoint is a new ``flwr run``, whose ``context.state`` starts empty.
 """
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from typing import Callable, Optional, Union
@@ -53,16 +56,31 @@ def read_request(message: Message) -> dict:
     return wire.from_bytes(bytes(message.content[messages.RECORD][messages.KEY]))
 
 
-class NodeRows:
-    """This node's client rows in ``context.state``: {run_id, last round trained, committed rows, pending rows}."""
+def message_key(message: Message) -> str:
+    """One train message, also when delivered twice; a round sent again by a resumed strategy is another."""
+    meta = message.metadata
+    return f"{meta.run_id}:{meta.message_id}:{meta.created_at}"
 
-    def __init__(self, context: Context, request: dict):
+
+class NodeRows:
+    """This node's client rows in ``context.state`` (and the ``state-dir`` file): {run_id, last round trained, its
+    message, committed rows, pending rows}."""
+
+    def __init__(self, context: Context, request: dict, message: Message):
         self.context = context
+        directory = context.node_config.get("state-dir")
+        self.path = os.path.join(str(directory), f"{STATE}.bin") if directory else None
         saved = context.state.get(STATE)
-        state = wire.from_bytes(bytes(saved[messages.KEY])) if saved is not None else None
+        data = bytes(saved[messages.KEY]) if saved is not None else None
+        if data is None and self.path is not None and os.path.exists(self.path):
+            with open(self.path, "rb") as f:  # a new Flower run of the same fl-lightning run: a resumed strategy
+                data = f.read()
+        state = wire.from_bytes(data) if data is not None else None
         if state is None or state["run_id"] != request["run_id"]:  # a new run: its rows start empty
             state = {"run_id": request["run_id"], "round": -1, "rows": {}, "pending": None}
-        if request["round"] <= state["round"]:
+        key = message_key(message)
+        if request["round"] < state["round"] or (request["round"] == state["round"]
+                                                 and state.get("message") == key):
             raise refuse_in_one_line(ConfigError(FIELD, f"this message is round {request['round'] + 1}'s of run "
                                                  f"{request['run_id'][:8]}, but this node trained round "
                                                  f"{state['round'] + 1} already: answer each new train message once"))
@@ -70,12 +88,19 @@ class NodeRows:
         if pending is not None and pending["round"] == request["aggregated_round"]:
             state["rows"].update(pending["rows"])  # the strategy aggregated that upload
         state["pending"] = None
+        state["message"] = key
         self.state = state
 
     def save(self, round_idx: int, rows: dict) -> None:
         self.state["round"] = round_idx
         self.state["pending"] = {"round": round_idx, "rows": rows} if rows else None
-        self.context.state[STATE] = ConfigRecord({messages.KEY: wire.to_bytes(self.state)})
+        data = wire.to_bytes(self.state)
+        self.context.state[STATE] = ConfigRecord({messages.KEY: data})
+        if self.path is not None:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            with open(self.path + ".tmp", "wb") as f:
+                f.write(data)
+            os.replace(self.path + ".tmp", self.path)
 
 
 def check_algorithm(algorithm, request: dict) -> None:
@@ -134,7 +159,7 @@ def fit_reply(message: Message, context: Context, model, trainer, data: Union[Ca
     strategy's)."""
     request = read_request(message)
     check_algorithm(algorithm, request)
-    node = NodeRows(context, request)
+    node = NodeRows(context, request, message)
     partition = context.node_config.get("partition-id")
     client_id = request["plan"][request["position"]][0]
     if isinstance(partition, int) and partition != client_id:

@@ -17,9 +17,16 @@ they stay with the client; the server's state (x^r, c, h, momentum) stays here::
 
 Before the first round every node is asked (a ``query`` message, ``client_helper.answer_join``) which partition it
 holds (its ``partition-id``): client i of the sampler is the node with partition i.
+
+``checkpoint=PATH``: the strategy's state (``state_dict``: the server's x^r, momentum, c, the client-state store's
+index, the counted bytes, which round of each client was aggregated, the traffic) is saved there after every round;
+a ServerApp started again with the same options and PATH (a new ``flwr run``) loads it and runs the rounds left of
+``num_rounds``, ending as an unbroken run would (per-client rows stay on the nodes: ``client_helper``'s
+``state-dir``).
 """
 from __future__ import annotations
 
+import os
 import time
 from logging import INFO, WARNING
 from typing import Iterable, Optional
@@ -39,6 +46,7 @@ from fl_lightning.federation.seams import ClientRunner
 from fl_lightning.federation.user_module import RecordedLogs
 
 FIELD = "AlgorithmStrategy"
+FORMAT = 1
 JOIN = "query"
 METRICS = "metrics"
 
@@ -94,29 +102,38 @@ class AlgorithmStrategy(Strategy):
             as ``InProcessServer``.
         fraction_evaluate: the share of nodes sent the global model after each round (0: no federated evaluation).
         join_timeout: seconds ``start`` waits for M nodes to connect.
+        checkpoint: a path: the state saved after every round, and resumed from in ``start`` if it exists.
     """
 
     def __init__(self, algorithm="fedavg", *, model: torch.nn.Module, num_clients: int,
                  per_round: Optional[int] = None, seed: int = 0, compression=None,
                  local_epochs: Optional[int] = None, num_samples=None, weighted_aggregation: bool = False,
                  grad_clip: Optional[float] = None, server_optimizer=None, directory: Optional[str] = None,
-                 fraction_evaluate: float = 1.0, join_timeout: float = 120.0):
+                 fraction_evaluate: float = 1.0, join_timeout: float = 120.0, checkpoint: Optional[str] = None):
         self.server = InProcessServer(model, algorithm=algorithm, clients=num_clients, per_round=per_round, seed=seed,
                                       compression=compression, local_epochs=local_epochs, num_samples=num_samples,
                                       weighted_aggregation=weighted_aggregation, grad_clip=grad_clip,
                                       server_optimizer=server_optimizer, directory=directory)
         self.server.loop.runner = self.sums = NodeSums(self.server.loop.local_trainer)
-        self.fraction_evaluate, self.join_timeout = fraction_evaluate, join_timeout
+        self.fraction_evaluate, self.join_timeout, self.checkpoint = fraction_evaluate, join_timeout, checkpoint
         self.node_of: dict[int, int] = {}
         self.sent: dict[int, tuple] = {}  # client → (job, sent message bytes) of the open round
         self.traffic: list[dict] = []  # per round and client: the bytes in Flower's messages and the counted bytes
 
     # -- start: which node holds which partition ------------------------------------------------------
     def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600, **kwargs):
-        """Loads x^0 from ``initial_arrays``, asks the nodes their partitions, then Flower's own round loop."""
+        """Loads x^0 from ``initial_arrays`` (or the state in ``checkpoint``), asks the nodes their partitions, then
+        Flower's own round loop for the rounds left of ``num_rounds`` (Flower numbers them from 1 again)."""
+        if self.checkpoint and os.path.exists(self.checkpoint) and self.server.round_idx == 0:
+            self.load(self.checkpoint)
+            log(INFO, "%s: resumed from %s after round %s of %s", FIELD, self.checkpoint, self.server.round_idx,
+                num_rounds)
         self._load_initial(initial_arrays)
         self.join(grid)
-        return super().start(grid, initial_arrays, num_rounds=num_rounds, timeout=timeout, **kwargs)
+        left = max(0, num_rounds - self.server.round_idx)
+        result = super().start(grid, ArrayRecord(self.global_state()), num_rounds=left, timeout=timeout, **kwargs)
+        result.arrays = ArrayRecord(self.global_state())
+        return result
 
     def _load_initial(self, arrays: ArrayRecord) -> None:
         server = self.server
@@ -202,14 +219,17 @@ class AlgorithmStrategy(Strategy):
             result, reply_bytes = received.get(client_id, (None, 0))
             if result is not None:
                 job.result = self._client(job, result)
-            self.traffic.append({"round": server_round, "partition": client_id, "node_id": self.node_of[client_id],
+            self.traffic.append({"round": server.round_idx + 1, "partition": client_id, "node_id": self.node_of[client_id],
                                  "sent_message_bytes": sent_bytes, "received_message_bytes": reply_bytes,
                                  "counted_download_bytes": 0 if result is None else int(result["download_bytes"]),
                                  "counted_upload_bytes": 0 if result is None else job.result[0].upload.nbytes,
                                  "reported": int(result is not None)})
+        done = server.round_idx + 1
         loss = server.end_round()
         self.sent = {}
-        rows = [row for row in self.traffic if row["round"] == server_round]
+        if self.checkpoint:
+            self.save(self.checkpoint)
+        rows = [row for row in self.traffic if row["round"] == done]
         metrics = {"message-bytes-sent": sum(r["sent_message_bytes"] for r in rows),
                    "message-bytes-received": sum(r["received_message_bytes"] for r in rows),
                    "upload_d": server.comm.upload_d, "clients-reported": sum(r["reported"] for r in rows)}
@@ -258,3 +278,26 @@ class AlgorithmStrategy(Strategy):
     def comm(self):
         """Counted bytes and floats each way (CommMeter: ``upload_d``, ...), as ``fl-lightning fit`` counts them."""
         return self.server.comm
+
+    def state_dict(self) -> dict:
+        """Between rounds: the server's state (``InProcessServer.state_dict``), the round of each client's last
+        aggregated upload (the nodes commit their rows on it) and the traffic rows."""
+        return {"format": FORMAT, "server": self.server.state_dict(), "aggregated": dict(self.sums.aggregated),
+                "traffic": list(self.traffic)}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("format") != FORMAT or "server" not in state:
+            raise refuse_in_one_line(ConfigError(f"{FIELD}(checkpoint=...)", "is not an AlgorithmStrategy "
+                                                 "checkpoint: give the file its checkpoint= option wrote"))
+        self.server.load_state_dict(state["server"])
+        self.sums.aggregated = {int(k): int(v) for k, v in state["aggregated"].items()}
+        self.traffic = list(state["traffic"])
+
+    def save(self, path: str) -> None:
+        """Written atomically: a ServerApp killed while saving leaves the previous round's file."""
+        torch.save(self.state_dict(), path + ".tmp")
+        os.replace(path + ".tmp", path)
+
+    def load(self, path: str) -> "AlgorithmStrategy":
+        self.load_state_dict(torch.load(path, weights_only=True))
+        return self

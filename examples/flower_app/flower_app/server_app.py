@@ -17,10 +17,11 @@ def main(grid: Grid, context: Context) -> None:
     config = context.run_config
     L.seed_everything(int(config["seed"]), verbose=False)
     model = LitDigits()
-    num_clients = len(list(grid.get_node_ids()))  # one SuperNode per partition
     algorithm = {"name": config["algorithm"], **json.loads(config["algorithm-options"])}  # + FL
-    strategy = AlgorithmStrategy(algorithm, model=model, num_clients=num_clients,  # + FL: was FedAvg(...)
-                                 per_round=int(config["per-round"]), seed=int(config["seed"]))  # + FL
+    strategy = AlgorithmStrategy(algorithm, model=model, num_clients=int(config["num-clients"]),  # + FL: was FedAvg
+                                 per_round=int(config["per-round"]), seed=int(config["seed"]),  # + FL
+                                 fraction_evaluate=float(config["fraction-evaluate"]),
+                                 checkpoint=str(config["checkpoint"]) or None)  # + FL: resume a killed ServerApp
     result = strategy.start(grid=grid, initial_arrays=ArrayRecord(model.state_dict()),
                             num_rounds=int(config["num-server-rounds"]))
     print(f"uploaded {strategy.comm.upload_d:.3f} d per client (counted as fl-lightning fit counts it)")  # + FL
