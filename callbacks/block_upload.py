@@ -53,6 +53,12 @@ class BlockUploadMask(FLCallback):
             and the shared block; everything else stays at x^r.
     """
 
+    uploads_one_block = True  # (fl_lightning.assembly.fit.HookTraits)
+
+    @property
+    def changes_local_training(self) -> bool:
+        return self.freeze_other_blocks
+
     def __init__(self, freeze_other_blocks: bool = False):
         self.freeze_other_blocks = freeze_other_blocks
         self.block_of: dict[int, int] = {}  # this round: client id → the block j it uploads

@@ -29,6 +29,10 @@ class CompressedUpload(FLCallback):
         codec: a ``fl_lightning.compression.codecs.Codec`` (TopK, RandK, QSGD) with its options.
     """
 
+    @property
+    def keeps_client_state(self) -> bool:  # (fl_lightning.assembly.fit.HookTraits)
+        return not self.codec.stateless
+
     configures_messages = True
 
     def __init__(self, codec: Codec):

@@ -56,6 +56,8 @@ class ControlVariates(FLCallback):
         rule: ``spec`` or ``authors`` (see the module docstring).
     """
 
+    keeps_client_state = True  # (fl_lightning.assembly.fit.HookTraits)
+
     CHOICES = {"option": ("option1", "option2"), "keep": ("uploaded", "all"), "shared_coefficient": ("mean", "paper"),
                "rule": ("spec", "authors")}
 

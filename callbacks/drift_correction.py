@@ -51,6 +51,8 @@ class DriftCorrection(FLCallback):
             clients of unequal size; default off, the paper's one α for every client.
     """
 
+    keeps_client_state = True  # (fl_lightning.assembly.fit.HookTraits)
+
     def __init__(self, alpha: float = 0.01, scale_alpha_by_size: bool = False):
         if alpha < 0:
             raise ConfigError("DriftCorrection(alpha=...)", f"must be ≥ 0, got {alpha}")

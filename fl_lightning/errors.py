@@ -1,5 +1,4 @@
 """User-facing errors: each names the config field and says how to fix it."""
-import importlib
 import os
 import sys
 
@@ -26,15 +25,6 @@ def check_accuracy(field: str, accuracy) -> None:
     if accuracy is not None and not 0.0 < accuracy <= 1.0:
         hint = f"; write {accuracy / 100:g} for {accuracy:g} %" if 1.0 < accuracy <= 100.0 else ""
         raise ConfigError(field, f"is an accuracy, a fraction in (0, 1], got {accuracy:g}{hint}")
-
-
-def imported(path: str, field: str, example: str):
-    """What the dotted ``path`` (``pkg.module.Class``) names, or a one-line error for ``field`` citing ``example``."""
-    module_name, _, name = str(path).rpartition(".")
-    try:
-        return getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError, ValueError):
-        raise ConfigError(field, f"cannot import {path!r}; give a full class path such as {example}") from None
 
 
 class DivergenceError(FLUserError, FloatingPointError):

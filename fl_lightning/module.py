@@ -21,32 +21,21 @@ from pytorch_lightning.utilities import rank_zero_warn
 import torch.nn.functional as F
 from torch import nn
 
-from fl_lightning.algorithms import REGISTRY, Algorithm
-from fl_lightning.federation.blocks import partition_for
-from fl_lightning.assembly.callbacks import fit_callbacks
-from fl_lightning.callbacks import FLCallback
-from fl_lightning.runs.checkpoint_io import (load_weights_only,
-                                       refusal as checkpoint_refusal, refuse_before_algorithm_objects)
-from fl_lightning.compression.codecs import Codec
-from fl_lightning.federation.distributed import Collective
-from fl_lightning.errors import ConfigError, DivergenceError, check_unchanged
-from fl_lightning.federation.evaluation import GlobalEvaluation, test_metrics, train_objective
-from fl_lightning.federation.flat import FlatModel
-from fl_lightning.federation.parallel import ClientThreads
-from fl_lightning.federation.user_module import (LoggedValues, is_lightning, loss_logged_once, network_optimizer,
-                                                overrides)
-from fl_lightning.module_options import check_compatible, check_trainer, settle_options
-from fl_lightning.runs.python_api import prepare, steps_word, summary
-from fl_lightning.federation.round_log import RoundLog
-from fl_lightning.runs.files import append_rows, define_round_keys, keep_metrics_csv, run_dirs, wandb_id, write_start_files
-from fl_lightning.runs.plot import write_curve
-from fl_lightning.federation.seeding import run_seed
-from fl_lightning.assembly.callbacks import check_before_fit
-from fl_lightning.assembly.session import start_rounds
-from fl_lightning.systems import Asynchronous, RoundPolicy, SystemModel
-from fl_lightning.privacy import PrivacyOptions
 from fl_lightning.aggregation import Aggregator, settle_robustness
+from fl_lightning.algorithms import REGISTRY, Algorithm
+from fl_lightning.assembly import check_before_fit, fit_callbacks, start_rounds
 from fl_lightning.attacks import Attack
+from fl_lightning.compression import Codec
+from fl_lightning.errors import ConfigError, DivergenceError, check_unchanged
+from fl_lightning.federation import (ClientThreads, Collective, FLCallback, FlatModel, GlobalEvaluation, LoggedValues,
+                                     RoundLog, is_lightning, loss_logged_once, network_optimizer, overrides,
+                                     partition_for, run_seed, test_metrics, train_objective)
+from fl_lightning.module_options import check_compatible, check_trainer, settle_options
+from fl_lightning.privacy import PrivacyOptions
+from fl_lightning.runs import (append_rows, checkpoint_refusal, define_round_keys, keep_metrics_csv, load_weights_only,
+                               prepare, refuse_before_algorithm_objects, run_dirs, steps_word, summary, wandb_id,
+                               write_curve, write_start_files)
+from fl_lightning.systems import Asynchronous, RoundPolicy, SystemModel
 
 
 class FederatedModule(pl.LightningModule):
@@ -89,15 +78,17 @@ class FederatedModule(pl.LightningModule):
         parallel_clients: K, clients trained at the same time in this process (each rank under DDP), the
             intra-op threads split between them; the same numbers as K = 1 at that many threads per client.
         client_runner: ``serial`` (one client at a time; K at a time with parallel_clients), ``threads`` (the same),
-            or ``batched``: B clients as one batched model (fl_lightning.federation.batched; for GPUs).
+            or ``batched``: B clients as one batched model (fl_lightning.federation.batched; for GPUs); or a class
+            path / ``{{class_path, init_args}}`` of your own ClientRunner (fl_lightning.assembly.connector).
         cohort_size: B, clients per batched step with client_runner batched; unset: chosen from memory.
         sampler: who is asked each round, by its registered name (fl_lightning.federation.seams.SAMPLERS):
             ``uniform`` (S of M without replacement; the default) or ``poisson`` (each client with probability
-            S/M), or one of your own (``@SAMPLERS.register("name")``); with model.system the available clients
+            S/M), or one of your own (``@SAMPLERS.register("name")``, a class path or ``{{class_path, init_args}}``:
+            it is built by its ``from_fit(fit)`` and may read the clients' sizes and labels); with model.system the available clients
             and with model.privacy's sampling its own are sampled instead, so leave it unset there.
         schedule: when the server steps, by its registered name (fl_lightning.federation.seams.SCHEDULES):
             ``synchronous``, ``simulated`` (rounds on model.system's clock, model.round_policy), ``fedbuff`` (as
-            model.asynchronous fedbuff), or one of your own (``@SCHEDULES.register("name")``); unset: the one the
+            model.asynchronous fedbuff), or one of your own (``@SCHEDULES.register("name")`` or a class path); unset: the one the
             system options imply (synchronous without model.system).
         channels_last: lay image batches out channels-last (fl_lightning.federation.memory_format); None: for conv networks
             on the CPU, where it is faster.
@@ -137,8 +128,9 @@ class FederatedModule(pl.LightningModule):
                  round_policy: Union[RoundPolicy, str, None] = None, privacy: Optional[PrivacyOptions] = None,
                  local_trainer: Optional[dict] = None, personal_eval_every: Optional[int] = None,
                  personal_eval_clients: Optional[int] = None, personal_new_clients: Optional[int] = None,
-                 asynchronous: Union[Asynchronous, str, None] = None, client_runner: str = "serial",
-                 cohort_size: Optional[int] = None, sampler: Optional[str] = None, schedule: Optional[str] = None,
+                 asynchronous: Union[Asynchronous, str, None] = None,
+                 client_runner: Union[str, dict, None] = "serial", cohort_size: Optional[int] = None,
+                 sampler: Union[str, dict, None] = None, schedule: Union[str, dict, None] = None,
                  aggregator: Union[Aggregator, str, dict, None] = None, attack: Union[Attack, str, dict, None] = None):
         super().__init__()
         self.save_hyperparameters(ignore=["network", "server_optimizer", "algorithm", "compression", "system",
@@ -188,7 +180,7 @@ class FederatedModule(pl.LightningModule):
             raise checkpoint_refusal(checkpoint_path, err) from None
 
     def configure_callbacks(self):
-        """The algorithm's hooks, then those the options add (fl_lightning.assembly.callbacks)."""
+        """The algorithm's hooks, then those the options add (fl_lightning.assembly.connector)."""
         return fit_callbacks(self)
 
     @property

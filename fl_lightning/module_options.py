@@ -11,16 +11,14 @@ from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.resolve import resolve_part
 from fl_lightning.errors import ConfigError, check_accuracy
 from fl_lightning.federation.evaluation import evaluates_itself
-from fl_lightning.federation.parallel import check_parallel_clients
-from fl_lightning.federation.runners import RUNNERS
-from fl_lightning.federation.seams import SAMPLERS, SCHEDULES
+from fl_lightning.assembly.connector import choose_parts, describe_fit, refuse_clashes
 from fl_lightning.federation.trainer_path import local_trainer_options
 from fl_lightning.federation.user_module import is_lightning, network_optimizer_settings
 from fl_lightning.personalization.evaluation import check_new_clients, check_schedule
 from fl_lightning.privacy import resolve_privacy
 from fl_lightning.privacy.options import check_algorithm as check_privacy
 from fl_lightning.systems import RoundPolicy, resolve_policy, resolve_system
-from fl_lightning.systems.fedbuff import Asynchronous, check_asynchronous, resolve_asynchronous
+from fl_lightning.systems.fedbuff import resolve_asynchronous
 from fl_lightning.models.sizing import check_network_fits
 from fl_lightning.models.timm_models import timm_input_config
 
@@ -73,12 +71,6 @@ def check_module_options(hp) -> None:
     for field in ("lr", "lr_decay", "max_upload_d", "eval_every_d", "grad_clip"):
         if hp.get(field) is not None and not hp[field] > 0:
             raise ConfigError(f"model.{field}", f"must be > 0, got {hp[field]}")
-    if hp.get("sampler") is not None and hp["sampler"] not in SAMPLERS:
-        raise ConfigError("model.sampler", f"got {hp['sampler']!r}; choose one of {', '.join(SAMPLERS)}")
-    if hp.get("schedule") is not None and hp["schedule"] not in SCHEDULES:
-        raise ConfigError("model.schedule", f"got {hp['schedule']!r}; choose one of {', '.join(SCHEDULES)}")
-    if hp.get("client_runner", "serial") not in RUNNERS:
-        raise ConfigError("model.client_runner", f"got {hp['client_runner']!r}; choose one of {', '.join(RUNNERS)}")
     if hp["weight_decay"] < 0:
         raise ConfigError("model.weight_decay", f"must be ≥ 0, got {hp['weight_decay']}")
     check_accuracy("model.target_accuracy", hp.get("target_accuracy"))
@@ -142,12 +134,8 @@ def check_compatible(module, datamodule) -> None:
                               "need class indices; use a LightningModule whose training_step is the loss and whose "
                               "validation_step logs its own metrics (docs/models_and_data.md, \"Your own model and data\")")
         check_network_fits(module.net, datamodule, module.flat.device)
-    if module.hparams.parallel_clients > 1:
-        check_parallel_clients(module.flat, module.local_loss, datamodule.clients, module.hparams.batch_size)
-    runner = module.hparams.get("client_runner", "serial")
-    RUNNERS[runner].check_fit(runner, module.flat, module.local_loss, datamodule.clients, module.hparams.batch_size,
-                              module.hparams.local_optimizer, module.local_trainer, module.hparams.parallel_clients,
-                              module.asynchronous is not None)
+    module.fit = describe_fit(module, datamodule)  # what the parts read (fl_lightning.assembly.connector)
+    refuse_clashes(module.parts, module.fit)
 
 
 SYSTEM_KEYS = ("system", "round_policy", "asynchronous")  # recorded as system_specs gives them
@@ -162,38 +150,6 @@ def system_specs(system, round_policy, asynchronous) -> dict:
     if asynchronous is not None:
         return {"system": system.spec(), "asynchronous": asynchronous.spec()}
     return {"system": system.spec(), "round_policy": (resolve_policy(round_policy) or RoundPolicy()).spec()}
-
-
-def settle_parts(module) -> None:
-    """Sets ``module.schedule_name`` and ``module.sampler_name``, the registered parts (fl_lightning.federation.seams)
-    the round is built from: model.schedule, else the one the system options imply (fedbuff with model.asynchronous,
-    simulated with model.system, else synchronous); model.sampler, else poisson for model.privacy's Poisson sampling,
-    else uniform."""
-    hp = module.hparams
-    implied = "fedbuff" if module.asynchronous is not None else "simulated" if module.system is not None \
-        else "synchronous"
-    module.schedule_name = hp.get("schedule") or implied
-    timed = SCHEDULES[module.schedule_name].times_clients
-    if timed and module.system is None and hp.get("schedule") is None:  # implied by model.asynchronous
-        raise ConfigError("model.asynchronous", "needs a simulated system for the clients' times: give model.system")
-    if timed and module.system is None:
-        raise ConfigError("model.schedule", f"{module.schedule_name} times clients on a simulated system: give "
-                          "model.system (e.g. --model.system mobile)")
-    if module.system is not None and not timed:
-        timers = ", ".join(name for name in SCHEDULES if SCHEDULES[name].times_clients)
-        raise ConfigError("model.schedule", f"{module.schedule_name} does not time clients, so model.system would "
-                          f"simulate nothing; choose one that does ({timers}) or unset model.system")
-    if module.asynchronous is not None and module.schedule_name != "fedbuff":
-        raise ConfigError("model.schedule", f"model.asynchronous is FedBuff's; leave model.schedule unset, not "
-                          f"{module.schedule_name}")
-    if module.schedule_name == "fedbuff" and module.asynchronous is None:
-        module.asynchronous = Asynchronous()  # by name: FedBuff's defaults (recorded as model.asynchronous)
-    privacy_poisson = module.privacy is not None and module.privacy.sampling == "poisson"
-    if hp.get("sampler") is not None and (module.system is not None or module.privacy is not None):
-        owner = "model.system samples the available clients" if module.system is not None else \
-            "model.privacy samples by its own option (model.privacy.sampling)"
-        raise ConfigError("model.sampler", f"{owner}; leave model.sampler unset")
-    module.sampler_name = hp.get("sampler") or ("poisson" if privacy_poisson else "uniform")
 
 
 def settle_options(module, network, algorithm, compression, system, round_policy, privacy, server_optimizer,
@@ -216,8 +172,7 @@ def settle_options(module, network, algorithm, compression, system, round_policy
     module.privacy = resolve_privacy(privacy)  # None is off: nothing below changes
     check_new_clients(hp.personal_new_clients, module.system, module.privacy)
     module.asynchronous = resolve_asynchronous(asynchronous)  # FedBuff; None: synchronous rounds
-    settle_parts(module)
-    check_asynchronous(module)
+    choose_parts(module)  # sampler, schedule, runner (fl_lightning.assembly.connector)
     if module.privacy is not None:
         check_privacy(module.privacy, module.algorithm.name, hp.weighted_aggregation, module.codec,
                       getattr(module.algorithm, "rule", "spec"))

@@ -5,7 +5,10 @@ models (``fl_lightning.models.MODELS``), client runners and samplers (``fl_light
 plus its decorator; listings and the docs check (tests/test_docs.py) read the registry."""
 from __future__ import annotations
 
+import difflib
 from typing import Callable, Optional, TypeVar
+
+from fl_lightning.errors import ConfigError
 
 T = TypeVar("T")
 
@@ -32,3 +35,10 @@ class Registry(dict):
     def add(self, thing: T) -> T:
         """Registers a value that is not a definition (a profile's numbers) under its ``name``."""
         return self.register()(thing)
+
+    def unknown(self, name: str, option: str) -> ConfigError:
+        """One line for a name that is not registered: the close match, the names, and that a class path works."""
+        close = difflib.get_close_matches(str(name), list(self), n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        return ConfigError(option, f"unknown {self.kind} {name!r}; {hint}choose one of {', '.join(self)}, or give a "
+                           "class path (my_package.module.MyClass)")

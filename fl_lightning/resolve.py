@@ -1,12 +1,14 @@
 """The one resolver of a configurable part: ``None | name | {class_path, init_args} | mapping | object`` → the
 part, or one ``ConfigError`` line naming the option. Every option that takes a part (``model.algorithm``,
 ``model.compression``, ``model.system``, ``model.round_policy``, ``model.asynchronous``, ``model.privacy``)
-goes through ``resolve_part``."""
+goes through ``resolve_part``; the round's seams, built only once the fit is known (``model.sampler``,
+``model.schedule``, ``model.client_runner``), through ``resolve_choice``."""
 from __future__ import annotations
 
-import importlib
-from typing import Callable, Optional
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
 
+from fl_lightning.class_paths import import_class
 from fl_lightning.errors import ConfigError
 
 
@@ -25,7 +27,7 @@ def resolve_part(value, base: type, option: str, wanted: str, from_name: Optiona
     if isinstance(value, str) and from_name is not None:
         return from_name(value)
     if isinstance(value, dict) and "class_path" in value:
-        cls = _import(value["class_path"])
+        cls = import_class(value["class_path"])
         if cls is None or not (isinstance(cls, type) and issubclass(cls, base)):
             raise ConfigError(option, f"cannot import {value['class_path']!r} as a {base.__name__}")
         return cls(**(value.get("init_args") or {}))
@@ -37,9 +39,50 @@ def resolve_part(value, base: type, option: str, wanted: str, from_name: Optiona
     raise ConfigError(option, f"needs {wanted}, got {type(value).__name__}")
 
 
-def _import(path) -> Optional[type]:
-    module, _, name = str(path).rpartition(".")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError):
+@dataclass(frozen=True)
+class Choice:
+    """A seam's part as chosen, before the fit is known: its class and options (built later by
+    ``cls.from_fit(fit, **options)``), or the object given; ``label``: how the options named it."""
+
+    cls: type
+    options: dict = field(default_factory=dict)
+    instance: Any = None
+    label: str = ""
+
+
+def resolve_choice(value, registry, base: type, option: str) -> Optional[Choice]:
+    """``value`` — a registered name, a class path, ``{class_path, init_args}`` (also as a JSON/YAML string) or a
+    ``base`` object — as a ``Choice``; None → None. An unknown name lists the registered ones and says that a class
+    path works."""
+    if value is None:
         return None
+    if isinstance(value, base):
+        return Choice(type(value), {}, value, f"{type(value).__module__}.{type(value).__qualname__}")
+    if isinstance(value, str) and value.lstrip().startswith("{"):
+        import yaml
+
+        value = yaml.safe_load(value)
+    if isinstance(value, dict) and "class_path" in value and set(value) <= {"class_path", "init_args"}:
+        options = value.get("init_args") or {}
+        if not isinstance(options, dict):
+            raise ConfigError(option, f"init_args must be a mapping of option: value, got {options!r}")
+        return Choice(_part_class(value["class_path"], registry, base, option), dict(options), None,
+                      str(value["class_path"]))
+    if isinstance(value, str):
+        return Choice(_part_class(value, registry, base, option), {}, None, value)
+    raise ConfigError(option, f"takes a name ({', '.join(registry)}), a class path or {{class_path, init_args}}, "
+                      f"got {type(value).__name__}")
+
+
+def _part_class(name: str, registry, base: type, option: str) -> type:
+    if name in registry:
+        return registry[name]
+    if "." not in name:
+        raise registry.unknown(name, option)
+    cls = import_class(name)
+    if cls is None:
+        raise ConfigError(option, f"cannot import {name!r}; give a registered name ({', '.join(registry)}) or a full "
+                          "class path such as my_package.module.MyClass (its module on PYTHONPATH)")
+    if not issubclass(cls, base):
+        raise ConfigError(option, f"{name} is not a {base.__module__}.{base.__qualname__}; subclass it")
+    return cls

@@ -61,8 +61,28 @@ def test_no_import_cycles():
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
 
 
-ABOVE_FEDERATION = ("systems", "privacy", "personalization", "deploy", "algorithms", "runs", "cli", "assembly",
-                    "module", "module_options", "aggregation", "attacks")
+# docs/architecture.md, "Layers": top first. A package imports only packages of the layers below its own (imports
+# inside functions and import_module("fl_lightning.…") strings included).
+LAYERS = (
+    ("fl_lightning",),  # the package's public names (fl_lightning/__init__.py, imported on first use)
+    ("deploy",),  # Flower: a ServerApp runs the fit through the command line
+    ("cli",),  # the fl-lightning command
+    ("module",),  # the LightningModule
+    ("module_options",),  # its options, resolved and checked
+    ("assembly",),  # chooses and builds the fit's parts
+    ("runs",),  # what a run is and where it goes
+    ("aggregation", "systems", "privacy", "algorithms"),
+    ("attacks", "data", "models"),
+    ("personalization",),
+    ("callbacks",),
+    ("compression",),
+    ("federation",),  # the engine's ground floor
+    ("resolve",),
+    ("class_paths", "registry"),
+    ("errors",),
+)
+# The one edge up, declared: `fl-lightning flower-local` is dispatched to deploy.local, imported on use.
+DECLARED_UPWARD = {("cli", "deploy")}
 KEPT_IMPORT_PATHS = {"fl_lightning.federation.toy"}  # a re-export of a moved module, for existing imports
 
 
@@ -72,27 +92,71 @@ def package_of(name: str) -> str:
     return parts[1] if len(parts) > 1 else parts[0]
 
 
+def string_imports(path: Path, known: dict[str, Path]) -> set[str]:
+    """Modules named in ``import_module("fl_lightning.…")`` calls: a literal, or an f-string's literal head
+    (``f"fl_lightning.runs.{name}"`` → the package runs)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "import_module":
+            arg = node.args[0] if node.args else None
+            text = arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else \
+                arg.values[0].value if isinstance(arg, ast.JoinedStr) and arg.values and \
+                isinstance(arg.values[0], ast.Constant) else ""
+            if text.startswith("fl_lightning."):
+                found.add(text.rstrip("."))
+    return found
+
+
 def package_graph() -> dict[str, set[str]]:
     known = modules()
     graph: dict[str, set[str]] = {}
     for name, path in known.items():
         if name in KEPT_IMPORT_PATHS:
             continue
-        graph.setdefault(package_of(name), set()).update(package_of(t) for t in imported(path, name, known))
+        targets = {package_of(t) for t in imported(path, name, known)} | \
+            {package_of(t) for t in string_imports(path, known)}
+        graph.setdefault(package_of(name), set()).update(targets)
     return {package: targets - {package} for package, targets in graph.items()}
 
 
-def test_federation_imports_no_package_above_it():
+def test_every_package_imports_only_the_layers_below_it():
+    layer = {package: depth for depth, packages in enumerate(LAYERS) for package in packages}
     graph = package_graph()
-    assert not sorted(graph["federation"] & set(ABOVE_FEDERATION)), graph["federation"]
-    assert graph["federation"] <= {"errors", "registry"}, graph["federation"]
+    assert set(graph) <= set(layer), f"packages missing from LAYERS: {sorted(set(graph) - set(layer))}"
+    upward = sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
+                    if layer[b] <= layer[a] and (a, b) not in DECLARED_UPWARD)
+    assert not upward, upward
+
+
+def test_the_layer_test_sees_string_imports():
+    graph = package_graph()
+    assert "deploy" in graph["cli"] and "runs" in graph["cli"]  # import_module("fl_lightning.deploy.local"), f"…runs.{…}"
+
+
+def test_the_layers_in_the_docs_are_the_tested_ones():
+    docs = (ROOT / "docs" / "architecture.md").read_text()
+    rule = " → ".join("/".join(f"`{p}`" for p in packages) for packages in LAYERS)
+    assert rule in docs, rule
 
 
 def test_no_cycle_between_subpackages():
-    """``fl-lightning sweep`` (runs/sweep.py) drives the command line that runs/ serves: the one cycle left."""
     graph = package_graph()
     cycles = sorted(f"{a} <-> {b}" for a in graph for b in graph[a] if a < b and a in graph.get(b, set()))
-    assert cycles == ["cli <-> runs"], cycles
+    assert cycles == ["cli <-> deploy"], cycles  # the declared flower-local dispatch
+
+
+def test_the_module_imports_at_most_twelve_internal_modules():
+    known = modules()
+    own = imported(known["fl_lightning.module"], "fl_lightning.module", known)
+    assert len(own) <= 12, sorted(own)
+
+
+def test_the_round_core_names_no_feature():
+    """fl_lightning/federation/ learns of features only through its parts and the fit's traits."""
+    pattern = re.compile(r"asynchronous|fedbuff|client_dropout|model\.system|__name__ ==")
+    found = [f"{path.relative_to(ROOT)}:{i}" for path in (PACKAGE / "federation").rglob("*.py")
+             for i, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not found, found
 
 
 def test_files_stay_small_and_the_top_level_is_short():

@@ -17,7 +17,8 @@ from fl_lightning.algorithms import REGISTRY
 from fl_lightning.data import DataSplit
 from fl_lightning.data.images import ImageTransform
 from fl_lightning.errors import ConfigError
-from fl_lightning.federation.batched import check_batched
+from fl_lightning.assembly.fit import Fit, network_traits
+from fl_lightning.federation.batched import BatchedRunner
 from fl_lightning.federation.flat import FlatModel
 from fl_lightning.federation.toy import ToyFederation
 from fl_lightning.models import LeNet5
@@ -81,23 +82,28 @@ def test_the_same_seed_gives_bit_identical_numbers(tmp_path):
     assert torch.equal(first, second)
 
 
-def refusal(net: nn.Module, **overrides) -> str:
+def toy_fit(net: nn.Module, **overrides) -> Fit:
+    """Two clients of 4 samples, the network's traits read from ``net`` (fl_lightning.assembly.fit)."""
     g = torch.Generator().manual_seed(0)
     data = ClientData(torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g), [0, 4, 8])
-    options = {"local_optimizer": "sgd", "local_trainer": None, "parallel_clients": 1, **overrides}
     loss = lambda module, x, y: nn.functional.cross_entropy(module(x), y)  # noqa: E731
-    with pytest.raises(ConfigError) as caught:
-        check_batched(FlatModel(net), loss, data, 4, **options)
-    return str(caught.value)
+    return Fit(2, 2, (4, 4), batch_size=4, network=network_traits(FlatModel(net), loss, data, 4), **overrides)
+
+
+def refusal(net: nn.Module, runner=BatchedRunner, **overrides) -> str:
+    refused = runner.refuse(toy_fit(net, **overrides))
+    assert isinstance(refused, ConfigError)
+    return str(refused)
 
 
 def test_what_it_cannot_batch_is_refused_naming_the_reason():
     assert "floating buffers (e.g. BatchNorm" in refusal(nn.Sequential(nn.Linear(6, 4), nn.BatchNorm1d(4)))
     assert "draws from torch's global random generator" in refusal(nn.Sequential(nn.Linear(6, 4), nn.Dropout(0.5)))
     assert "model.parallel_clients > 1" in refusal(nn.Linear(6, 3), parallel_clients=2)
-    assert "model.local_trainer" in refusal(nn.Linear(6, 3), local_trainer={})
+    assert "model.local_trainer" in refusal(nn.Linear(6, 3), local_trainer=True)
     assert "not SGD" in refusal(nn.Linear(6, 3), local_optimizer="network")
-    assert "FedBuff" in refusal(nn.Linear(6, 3), asynchronous=True)
+    assert "one client per server step" in refusal(nn.Linear(6, 3), schedule_epoch="server step")  # FedBuff's
+    assert BatchedRunner.refuse(toy_fit(nn.Linear(6, 3))) is None
     message = refusal(nn.Linear(6, 3), parallel_clients=2)
     assert message.startswith("model.client_runner: batched cannot train this run") and "\n" not in message
 
@@ -119,14 +125,9 @@ def test_the_compiled_variant_is_the_batched_runner_by_its_own_name():
     from fl_lightning.federation.runners import RUNNERS
     assert RUNNERS["batched_compiled"] is CompiledBatchedRunner and issubclass(CompiledBatchedRunner, BatchedRunner)
     assert CompiledBatchedRunner.compile_options == {} and BatchedRunner.compile_options is None
-    g = torch.Generator().manual_seed(0)
-    data = ClientData(torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g), [0, 4, 8])
-    loss = lambda module, x, y: nn.functional.cross_entropy(module(x), y)  # noqa: E731
-    with pytest.raises(ConfigError) as caught:
-        CompiledBatchedRunner.check_fit("batched_compiled", FlatModel(nn.Sequential(nn.Linear(6, 3), nn.Dropout(0.5))),
-                                        loss, data, 4, "sgd", None, 1, False)
-    assert str(caught.value).startswith("model.client_runner: batched_compiled cannot train this run: the network's "
-                                        "forward draws from torch's global random generator")
+    assert refusal(nn.Sequential(nn.Linear(6, 3), nn.Dropout(0.5)), CompiledBatchedRunner).startswith(
+        "model.client_runner: batched_compiled cannot train this run: the network's forward draws from torch's global "
+        "random generator")
 
 
 @pytest.mark.parametrize("name", ["fedavg", "fedbcgd_plus"])  # FedBCGD+: ∇f_i(x^r; ζ) at every step too

@@ -119,16 +119,28 @@ def test_fedbuff_server_steps_are_the_staleness_weighted_buffer_at_its_kth_arriv
 
 
 def test_fedbuff_refuses_what_does_not_combine_in_one_line(tmp_path):
+    """Clashes between options when the module is built; clashes with the fit's parts (its hooks' and codec's
+    traits, fl_lightning.assembly.fit) once the fit is described, before any run file."""
     net = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+    data = FederatedDataModule("digits", num_clients=20)
+
+    def checked(*args, **kwargs):
+        fl_module(*args, clients_per_round=5, **kwargs).check_compatible(data)
+
     with pytest.raises(ConfigError, match=r"^model.asynchronous: .*scaffold has per-client hooks"):
-        fl_module(net, "scaffold", system="uniform", asynchronous="fedbuff")
+        checked(net, "scaffold", system="uniform", asynchronous="fedbuff")
+    with pytest.raises(ConfigError, match=r"^model.asynchronous: .*fedbcgd_freezing has per-client hooks"):
+        checked(net, "fedbcgd_freezing", system="uniform", asynchronous="fedbuff")
     with pytest.raises(ConfigError, match=r"^model.asynchronous: needs a simulated system"):
         fl_module(net, "fedavg", asynchronous="fedbuff")
     with pytest.raises(ConfigError, match=r"^model.round_policy: is for synchronous rounds"):
-        fl_module(net, "fedavg", system="uniform", round_policy="over_selection", asynchronous="fedbuff")
+        checked(net, "fedavg", system="uniform", round_policy="over_selection", asynchronous="fedbuff")
     with pytest.raises(ConfigError, match=r"^model.compression: keeps per-client state"):
-        fl_module(net, "topk", error_feedback=True, system="uniform", asynchronous="fedbuff")
-    fl_module(net, "topk", error_feedback=False, system="uniform", asynchronous="fedbuff")  # stateless: accepted
+        checked(net, "topk", error_feedback=True, system="uniform", asynchronous="fedbuff")
+    with pytest.raises(ConfigError, match=r"^model.client_dropout: is not supported with model.asynchronous"):
+        checked(net, "fedavg", system="uniform", asynchronous="fedbuff", client_dropout=0.1)
+    checked(net, "topk", error_feedback=False, system="uniform", asynchronous="fedbuff")  # stateless: accepted
+    checked(net, "fedbcgd", system="uniform", asynchronous="fedbuff")  # one block each, the whole model trained
     with pytest.raises(ConfigError, match=r"^model.asynchronous.buffer_size: must be an integer ≥ 1"):
         Asynchronous(buffer_size=0)
     with pytest.raises(ConfigError, match=r"^model.asynchronous.buffer_size: K=6 exceeds concurrency C=5: .*choose "

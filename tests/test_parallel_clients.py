@@ -15,7 +15,8 @@ from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.errors import ConfigError
 from fl_lightning.federation.flat import FlatModel
 from fl_lightning.models import MLP
-from fl_lightning.federation.parallel import check_parallel_clients, split_threads
+from fl_lightning.assembly.fit import Fit, network_traits
+from fl_lightning.federation.parallel import ClientPool, global_rng_draw, split_threads
 from fl_lightning.assembly.toy import ToyFederation
 from preset_golden import GOLDEN, PRESETS, run_metrics
 from tests.conftest import fl_module, make_trainer
@@ -121,13 +122,13 @@ def test_a_network_that_draws_from_the_global_generator_is_refused_by_name():
     data = FederatedDataModule("digits", num_clients=4)
     data.setup("fit")
     loss = type(fl_module(MLP(64, 10, hidden=[8]))).local_loss
-    with pytest.raises(ConfigError, match=r"model.parallel_clients: the network's Dropout at 'features.3' draws "
-                                          r"from torch's global random generator"):
-        check_parallel_clients(FlatModel(DropoutMLP()), loss, data.clients, batch_size=8)
+    fit = Fit(4, 2, parallel_clients=2, network=network_traits(FlatModel(DropoutMLP()), loss, data.clients, 8))
+    assert str(ClientPool.refuse(fit)).startswith("model.parallel_clients: the network's Dropout at 'features.3' draws "
+                                                  "from torch's global random generator")
     net = nn.Sequential(nn.Flatten(), nn.Linear(64, 8), nn.BatchNorm1d(8), nn.Linear(8, 10)).eval()
     flat = FlatModel(net)
     before, rng = flat.vector.clone(), torch.get_rng_state()
-    check_parallel_clients(flat, loss, data.clients, batch_size=8)  # passes, and changes nothing
+    assert global_rng_draw(flat, loss, data.clients, batch_size=8) is None  # and changes nothing
     assert torch.equal(flat.vector, before) and net[2].num_batches_tracked.item() == 0 and not net.training
     assert torch.equal(torch.get_rng_state(), rng)
 

@@ -141,8 +141,9 @@ def test_a_runner_registered_by_name_trains_a_real_fit(tmp_path, capsys):
             for name in ("own", "serial")}
     assert [r["train/loss"] for r in rows["own"]] == [r["train/loss"] for r in rows["serial"]]
     assert main([*args, "--model.client_runner", "recording"]) == 2
-    assert capsys.readouterr().err.strip().endswith("model.client_runner: got 'recording'; choose one of serial, "
-                                                    "threads, batched, batched_compiled")
+    assert capsys.readouterr().err.strip().endswith(
+        "model.client_runner: unknown client runner 'recording'; choose one of serial, threads, batched, "
+        "batched_compiled, or give a class path (my_package.module.MyClass)")
 
 
 def test_a_sampler_registered_by_name_chooses_a_real_fits_clients(tmp_path, capsys):
@@ -226,3 +227,77 @@ def test_a_schedule_registered_by_name_steps_a_real_fit(tmp_path, capsys):
                                                     "give model.system (e.g. --model.system mobile)")
     assert main([*args, "--model.schedule", "synchronous", "--model.system", "uniform"]) == 2
     assert "model.schedule: synchronous does not time clients" in capsys.readouterr().err
+
+
+LARGEST_FIRST = '''
+from fl_lightning.federation.seams import Sampler
+
+
+class LargestFirst(Sampler):
+    """The S clients with the most training samples, every round (ties: the lower id)."""
+
+    def __init__(self, samples, per_round):
+        self.chosen = sorted(sorted(range(len(samples)), key=lambda c: -samples[c])[:per_round])
+
+    @classmethod
+    def from_fit(cls, fit):
+        return cls(fit.samples, fit.per_round)
+
+    def sample(self, round_idx, rng):
+        return self.chosen
+'''
+
+
+def test_a_sampler_of_the_users_own_file_runs_by_class_path_and_reads_the_clients(tmp_path):
+    """docs/architecture.md's LargestFirst, a file on PYTHONPATH, named on the command line of a real
+    ``fl-lightning fit`` process (no wrapper script): every round samples the clients with the most data; the same
+    class as ``{class_path, init_args}``, a typo of a built-in name and a class that is no Sampler are one line each."""
+    import csv
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "my_samplers.py").write_text(LARGEST_FIRST + "\n\nclass NotASampler:\n    pass\n")
+    cli = str(Path(sys.executable).with_name("fl-lightning"))
+    base = [cli, "fit", "--model.network", "fl_lightning.models.MLP", "--data.dataset", "digits", "--data.num_clients",
+            "5", "--data.partition", "quantity", "--model.clients_per_round", "2", "--trainer.max_epochs", "2",
+            "--trainer.enable_progress_bar", "false", "--threads", "1"]
+    env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path)}
+    done = subprocess.run([*base, "--model.sampler", "my_samplers.LargestFirst",
+                           "--trainer.callbacks+=tests.test_seams.CohortLog"], cwd=tmp_path, env={
+                               **env, "PYTHONPATH": f"{tmp_path}:{Path(__file__).resolve().parents[1]}"},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    sizes = [int(row["samples"]) for row in csv.DictReader(open(next(tmp_path.rglob("partition.csv"))))]
+    largest = sorted(sorted(range(5), key=lambda c: -sizes[c])[:2])
+    assert len(set(sizes)) > 2 and largest != [0, 1]  # quantity skew: unequal sizes, and not the first two
+    assert (tmp_path / "cohorts.txt").read_text().split() == [",".join(map(str, largest))] * 2
+    for option, line in (
+            (["--model.sampler", "unifrom"], "model.sampler: unknown sampler 'unifrom'; did you mean uniform? choose one "
+             "of uniform, poisson, or give a class path (my_package.module.MyClass)"),
+            (["--model.sampler", "my_samplers.NotASampler"], "model.sampler: my_samplers.NotASampler is not a "
+             "fl_lightning.federation.seams.Sampler; subclass it"),
+            (["--model.sampler", '{"class_path": "my_samplers.LargestFirst", "init_args": {"k": 1}}'],
+             "model.sampler: ")):
+        refused = subprocess.run([*base, *option], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1].startswith(
+            f"fl-lightning: error: {line}"), refused.stderr[-1500:]
+        assert "Traceback" not in refused.stderr
+
+
+class CohortLog(__import__("fl_lightning").callbacks.FLCallback):
+    """Writes each round's sampled client ids to cohorts.txt (one round a line)."""
+
+    def configure_round(self, round):
+        with open("cohorts.txt", "a") as f:
+            f.write(",".join(str(c.client_id) for c in round.clients) + "\n")
+
+
+def test_algorithms_are_a_registry_that_refuses_a_name_twice():
+    import pytest
+
+    from fl_lightning.algorithms import REGISTRY, FedAvg, register
+
+    with pytest.raises(ValueError, match="algorithm 'fedprox': registered twice"):
+        register("fedprox")(FedAvg)
+    assert REGISTRY["fedprox"].algorithm.__name__ == "FedProx"

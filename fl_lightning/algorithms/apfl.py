@@ -27,6 +27,8 @@ from fl_lightning.errors import ConfigError
 class MixedPersonalModel(FLCallback):
     """APFL's v_i: trained through the mixture first in every local round, stored in the client-state store."""
 
+    keeps_client_state = True  # (fl_lightning.assembly.fit.HookTraits)
+
     TABLE = "apfl_personal"
 
     def __init__(self, alpha: float, personal_epochs: int):

@@ -19,6 +19,7 @@ import torch
 
 from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.errors import ConfigError
+from fl_lightning.registry import Registry
 
 
 class Algorithm:
@@ -121,14 +122,14 @@ class Entry:
     upload: str = ""
 
 
-REGISTRY: dict[str, Entry] = {}
+REGISTRY = Registry("algorithm")  # name → Entry; a name is taken once
 NAME_OF: dict[type, str] = {}  # class → its own registry name
 
 
 def register(name: str):
-    """Class decorator: ``@register("fedprox")``."""
+    """Class decorator: ``@register("fedprox")``; registering a name twice is refused."""
     def add(cls: type) -> type:
-        REGISTRY[name] = Entry(name, cls, None, cls.summary, cls.upload)
+        REGISTRY.register(name)(Entry(name, cls, None, cls.summary, cls.upload))
         NAME_OF[cls] = name
         return cls
     return add
@@ -136,7 +137,7 @@ def register(name: str):
 
 def register_preset(name: str, algorithm: type, codec: str, summary: str, upload: str) -> None:
     """A name for ``algorithm`` with every upload encoded by ``codec`` (e.g. ``fedpaq``: FedAvg + QSGD)."""
-    REGISTRY[name] = Entry(name, algorithm, codec, summary, upload)
+    REGISTRY.register(name)(Entry(name, algorithm, codec, summary, upload))
 
 
 def algorithms_with(option: str) -> list[str]:

@@ -21,6 +21,8 @@ from fl_lightning.errors import ConfigError
 class PersonalModel(FLCallback):
     """Ditto's v_i: trained first in every local round, stored in the client-state store."""
 
+    keeps_client_state = True  # (fl_lightning.assembly.fit.HookTraits)
+
     TABLE = "ditto_personal"
 
     def __init__(self, lam: float, personal_epochs: int):

@@ -27,6 +27,8 @@ from fl_lightning.callbacks.base import FLCallback
 class DynamicRegularizer(FLCallback):
     """FedDyn's linear and quadratic terms on the client, and h on the server."""
 
+    keeps_client_state = True  # (fl_lightning.assembly.fit.HookTraits)
+
     def __init__(self, alpha: float):
         self.alpha = alpha
         self.h: Optional[torch.Tensor] = None

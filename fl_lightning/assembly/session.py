@@ -1,6 +1,6 @@
 """A fit's rounds, set up once training starts (``FederatedModule.on_train_start``): the client-state store,
 the round loop with its local-training settings and its parts (sampler, client runner, schedule:
-fl_lightning.federation.seams) and the per-client evaluation (``data.personal_fraction``), each restored from
+fl_lightning.federation.seams, as fl_lightning.assembly.connector chose them) and the per-client evaluation (``data.personal_fraction``), each restored from
 the checkpoint where resumed."""
 from __future__ import annotations
 
@@ -11,23 +11,9 @@ import torch
 from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.federation.client_state import open_store
 from fl_lightning.federation.loop import FederatedLoop, LocalConfig
-from fl_lightning.federation.runners import runner_for
-from fl_lightning.federation.seams import SAMPLERS, SCHEDULES, RoundSchedule, Sampler, ScheduleSetting
+from fl_lightning.assembly.connector import chosen_runner, round_parts
 from fl_lightning.runs.files import run_folder
-from fl_lightning.personalization.evaluation import PersonalEvaluation, new_client_ids
-
-
-def round_parts(module, num_clients: int, excluded: tuple) -> tuple[Sampler, RoundSchedule]:
-    """The sampler and the schedule the options name (``module.sampler_name``, ``module.schedule_name``:
-    fl_lightning.module_options.settle_parts); the schedule may ask whom it can reach instead (the round simulator:
-    the clients online). ``excluded``: clients held out of training (pval_new/*)."""
-    hp = module.hparams
-    population = module.system.population(num_clients) if module.system is not None else None
-    setting = ScheduleSetting(num_clients, hp.clients_per_round, hp.batch_size, population, module.round_policy,
-                              module.asynchronous)
-    schedule = SCHEDULES[module.schedule_name].from_options(setting)
-    chosen = SAMPLERS[module.sampler_name].from_options(num_clients, hp.clients_per_round, excluded)
-    return schedule.sampler(chosen), schedule
+from fl_lightning.personalization.evaluation import PersonalEvaluation
 
 
 def restored_parts(restored: dict) -> dict:
@@ -49,17 +35,17 @@ def start_rounds(module) -> None:
     trainer, hp = module.trainer, module.hparams
     fl_callbacks = [cb for cb in trainer.callbacks if isinstance(cb, FLCallback)]
     grad_clip = hp.grad_clip if hp.grad_clip is not None else module.algorithm.default_grad_clip()
-    new = new_client_ids(trainer.datamodule.num_clients, hp.get("personal_new_clients"))  # never trained (pval_new/*)
+    fit = module.fit  # described and checked at the fit's start (fl_lightning.assembly.connector)
+    new = list(fit.held_out)  # never trained (pval_new/*)
     config = LocalConfig(hp.clients_per_round, hp.local_epochs, hp.batch_size, hp.weighted_aggregation,
-                         grad_clip, hp.client_dropout, hp.parallel_clients, module.local_trainer)
+                         grad_clip, hp.parallel_clients, module.local_trainer)
     module.global_vector.copy_(module.flat.vector)  # x^r: the network holds it (restored on resume)
     server, local = module.optimizers()
     clients = trainer.datamodule.clients.to(module.device)
     restored = module._restored or {}
     module.client_state = open_store(trainer, len(clients), restored.get("client_state"), state_dir(trainer))
-    sampler, schedule = round_parts(module, len(clients), tuple(new))
-    runner = next((cb.client_runner for cb in trainer.callbacks if hasattr(cb, "client_runner")),
-                  runner_for(hp.parallel_clients, hp.get("client_runner", "serial"), hp.get("cohort_size")))  # a callback may bring its own (deploy's FlowerClients)
+    sampler, schedule = round_parts(module.parts, fit)
+    runner = chosen_runner(module, fit)
     module.loop = FederatedLoop(module.flat, clients, module.local_loss, local.optimizer, config, fl_callbacks,
                                 module.global_vector, server, module.client_state,
                                 trainer.precision_plugin.forward_context, module.blocks, module.collective,

@@ -31,8 +31,11 @@ from fl_lightning.data.datamodule import ClientData
 from fl_lightning.federation.flat import FlatModel
 from fl_lightning.federation.loop import FederatedLoop, LocalConfig
 from fl_lightning.federation.local_training import LocalTrainer
-from fl_lightning.federation.runners import runner_for
-from fl_lightning.federation.seams import ClientRunner, RoundSchedule, Sampler
+from fl_lightning.assembly.connector import runner_for
+from fl_lightning.assembly.fit import Fit
+from fl_lightning.federation.runners import RUNNERS
+from fl_lightning.federation.seams import ClientRunner, RoundSchedule, Sampler, SerialRunner
+from fl_lightning.resolve import Choice, resolve_choice
 
 
 class ToyFederation:
@@ -64,10 +67,15 @@ class ToyFederation:
         config = LocalConfig(clients_per_round or len(clients), local_epochs, batch_size, weighted_aggregation,
                              grad_clip if grad_clip is not None else algorithm.default_grad_clip(),
                              parallel_clients=parallel_clients)
+        fit = Fit(len(clients), config.clients_per_round, tuple(len(cy) for _, cy in clients), batch_size=batch_size,
+                  local_epochs=local_epochs, parallel_clients=parallel_clients, cohort_size=cohort_size)
+        chosen = resolve_choice(client_runner, RUNNERS, ClientRunner, "client_runner")
+        if chosen.cls is SerialRunner and parallel_clients > 1:
+            chosen = Choice(RUNNERS["threads"], label="threads")
         loss = loss_fn or (lambda net, xb, yb: F.cross_entropy(net(xb), yb))
         self.loop = FederatedLoop(self.flat, ClientData(x, y, offsets), loss, local, config, self.callbacks,
                                   self.global_vector, self.server_optimizer, self.client_state, blocks=self.blocks,
-                                  sampler=sampler, runner=runner or runner_for(parallel_clients, client_runner, cohort_size), schedule=schedule)
+                                  sampler=sampler, runner=runner or runner_for(chosen, fit), schedule=schedule)
 
     def run_round(self, round_idx: int) -> Optional[torch.Tensor]:
         return self.loop.run_round(round_idx)

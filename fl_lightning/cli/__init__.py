@@ -4,7 +4,7 @@
     fl-lightning fit|validate|test --config X [--dotted.options ...]   (a LightningCLI: fl_lightning.cli.lightning_cli)
                                       fit --threads N: every thread pool (fl_lightning.federation.threads)
     fl-lightning blocks --config X                                      (the model's block division)
-    fl-lightning sweep --config X --grid key=a,b ... [--jobs J] [--print]  (a grid of fit runs: fl_lightning.runs.sweep)
+    fl-lightning sweep --config X --grid key=a,b ... [--jobs J] [--print]  (a grid of fit runs: fl_lightning.cli.sweep)
     fl-lightning report RUNS... --target ACC [--out PREFIX]             (tables and plots: fl_lightning.runs.report)
     fl-lightning timeline RUN [--round R]                               (one simulated round: fl_lightning.runs.timeline)
     fl-lightning flower-local --config X --nodes N [fit options]        (on Flower, loopback: fl_lightning.deploy.local)
@@ -102,8 +102,8 @@ def main(args=None, callbacks=()) -> int:
                 raise FLUserError("flower-local needs Flower: pip install 'fl-lightning[flower]'") from None
             return import_module("fl_lightning.deploy.local").main(command[1:])
         if command[:1] in (["sweep"], ["report"], ["algorithms"], ["privacy"], ["timeline"]):  # imported on use: the others stay fast
-            module = {"algorithms": "fl_lightning.algorithms.describe",
-                      "privacy": "fl_lightning.privacy.calculator"}.get(command[0], f"fl_lightning.runs.{command[0]}")
+            module = {"algorithms": "fl_lightning.algorithms.describe", "privacy": "fl_lightning.privacy.calculator",
+                      "sweep": "fl_lightning.cli.sweep"}.get(command[0], f"fl_lightning.runs.{command[0]}")
             return import_module(module).main(command[1:])
         if command[:1] == ["fit"]:
             command = thread_option(command)

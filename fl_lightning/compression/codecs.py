@@ -141,6 +141,11 @@ class Codec:
     def encode(self, values: torch.Tensor, generator: torch.Generator):
         raise NotImplementedError
 
+    @property
+    def stateless(self) -> bool:
+        """True if it keeps no per-client state between rounds (no error feedback, no ``client_state``)."""
+        return not self.error_feedback and type(self).client_state is Codec.client_state
+
     def client_state(self, segments, size: int) -> dict[str, int]:
         """Per-client memory besides the error-feedback residual: name → row length for a channel of ``size``
         entries laid out as ``segments`` (kept on disk by CompressedUpload, written once the upload arrives)."""

@@ -17,7 +17,8 @@ import torch
 from fl_lightning.data.image_datasets import image_split
 from fl_lightning.data.images import channel_stats, to_nchw_uint8
 from fl_lightning.data.split import DataOptions, DataSplit
-from fl_lightning.errors import ConfigError, imported
+from fl_lightning.class_paths import imported
+from fl_lightning.errors import ConfigError
 
 
 def _as_tensor(x) -> torch.Tensor:

@@ -84,7 +84,7 @@ class NodeSession:
         self.callbacks = [cb for cb in module.configure_callbacks() if isinstance(cb, FLCallback)]
         grad_clip = hp.grad_clip if hp.grad_clip is not None else module.algorithm.default_grad_clip()
         config = LocalConfig(hp.clients_per_round, hp.local_epochs, hp.batch_size, hp.weighted_aggregation, grad_clip,
-                             hp.client_dropout, 1, module.local_trainer)
+                             1, module.local_trainer)
         self.trainer = LocalTrainer(module.flat, local, module.local_loss, self.clients, config, self.callbacks,
                                     module.global_vector, nullcontext)
         self.store = ClientStateStore(num_clients, os.path.join(directory, "client_state"))

@@ -15,7 +15,7 @@ size (a client's last, partial one) each size is one vmapped call, so every loss
 real samples, as serially. The results equal the serial runner's to float rounding (vmap sums in
 another order; tests/test_batched_runner.py: ≤ 1e-5 relative after two rounds).
 
-What it cannot batch is refused before the run (``check_batched``, one ConfigError).
+What it cannot batch is refused before the run (``batched_refusal``, one ConfigError, read from the fit's traits).
 """
 from __future__ import annotations
 
@@ -28,11 +28,10 @@ from torch.func import functional_call, grad_and_value, vmap
 from fl_lightning.errors import ConfigError
 from fl_lightning.federation.contexts import ClientContext, ClientTask, RoundContext
 from fl_lightning.federation.local_training import LocalTrainer, call_hook, clip_gradient_, overriding
-from fl_lightning.federation.parallel import check_parallel_clients
 from fl_lightning.federation.seams import RUNNERS, ClientRunner
 from fl_lightning.federation.seeding import Stream, global_rng_state, isolated_rng, seed_global_rng, stream_seed
 from fl_lightning.federation.stack import Stack
-from fl_lightning.federation.user_module import RecordedLogs, is_lightning
+from fl_lightning.federation.user_module import RecordedLogs
 
 FIELD = "model.client_runner"
 BYTES_PER_FLOAT = 4
@@ -50,29 +49,27 @@ class _LossOf(nn.Module):
         return self.loss_fn(self.net, x, y)
 
 
-def check_batched(flat, loss_fn: Callable, clients, batch_size: int, local_optimizer: str, local_trainer,
-                  parallel_clients: int, asynchronous: bool = False, name: str = "batched") -> None:
-    """Refuses, in one line naming the reason, what the batched runner (``model.client_runner name``) cannot
-    train as the serial one does."""
-    if is_lightning(flat.net):
+def batched_refusal(fit, name: str) -> Optional[ConfigError]:
+    """What the batched runner (``model.client_runner name``) cannot train as the serial one does, in one line
+    naming the reason, read from the fit's traits (fl_lightning.assembly.fit)."""
+    network = fit.network
+    if network.is_lightning:
         reason = "the network is a LightningModule whose training_step may keep its own state"
-    elif local_trainer is not None:
+    elif fit.local_trainer:
         reason = "model.local_trainer trains each client in its own pl.Trainer"
-    elif parallel_clients > 1:
+    elif fit.parallel_clients > 1:
         reason = "model.parallel_clients > 1 is the threads runner"
-    elif asynchronous:
-        reason = "model.asynchronous (FedBuff) trains one client per event"
-    elif flat.numel != flat.num_params:
+    elif fit.schedule_epoch != "round":
+        reason = f"the schedule trains one client per {fit.schedule_epoch}, not a round's cohort"
+    elif network.floating_buffers:
         reason = "the network has floating buffers (e.g. BatchNorm running statistics), which are not batched"
-    elif local_optimizer != "sgd":
+    elif fit.local_optimizer != "sgd":
         reason = "the local optimizer is the network's own, not SGD(model.lr, model.weight_decay, model.client_momentum)"
+    elif network.global_rng_draw is not None:
+        reason = "the network's forward draws from torch's global random generator (e.g. dropout)"
     else:
-        try:
-            check_parallel_clients(flat, loss_fn, clients, batch_size)
-            return
-        except ConfigError:
-            reason = "the network's forward draws from torch's global random generator (e.g. dropout)"
-    raise ConfigError(FIELD, f"{name} cannot train this run: {reason}; use model.client_runner serial")
+        return None
+    return ConfigError(FIELD, f"{name} cannot train this run: {reason}; use model.client_runner serial")
 
 
 def cohort_size(requested: Optional[int], clients: int, numel: int, device: torch.device) -> int:
@@ -100,15 +97,15 @@ class BatchedRunner(ClientRunner):
 
     compile_options: Optional[dict] = None
 
-    @classmethod
-    def from_options(cls, trainer: LocalTrainer, parallel_clients: int, cohort_size: Optional[int]) -> ClientRunner:
-        return cls(trainer, cohort_size, cls.compile_options)
+    name = "batched"
 
     @classmethod
-    def check_fit(cls, name, flat, loss_fn, clients, batch_size, local_optimizer, local_trainer, parallel_clients,
-                  asynchronous) -> None:
-        check_batched(flat, loss_fn, clients, batch_size, local_optimizer, local_trainer, parallel_clients,
-                      asynchronous, name)
+    def from_fit(cls, trainer: LocalTrainer, fit) -> ClientRunner:
+        return cls(trainer, fit.cohort_size, cls.compile_options)
+
+    @classmethod
+    def refuse(cls, fit) -> Optional[ConfigError]:
+        return batched_refusal(fit, cls.name)
 
     def __init__(self, main: LocalTrainer, cohort: Optional[int] = None, compile_options: Optional[dict] = None):
         super().__init__(main)
@@ -233,4 +230,5 @@ class CompiledBatchedRunner(BatchedRunner):
     """``BatchedRunner`` with the cohort's forward/backward ``torch.compile``d: for a GPU, where a round is
     bound by kernel launches (docs/scale_out.md); compiling takes about a minute, once per minibatch size."""
 
+    name = "batched_compiled"
     compile_options = {}

@@ -47,9 +47,15 @@ class FLCallback(pl.Callback):
     # False if its client hooks must not run for two clients at once (shared buffers, a counter):
     # with model.parallel_clients > 1 the loop then trains the clients one at a time, with one warning
     thread_safe: bool = True
-    # True if its configure_round only sizes the round's messages (a codec): an asynchronous schedule, which plans
+    # True if its configure_round only sizes the round's messages (a codec): a schedule that steps per arrival, which plans
     # one client at a time outside a round, runs these and no other callback's configure_round
     configures_messages: bool = False
+    # Traits the fit's parts read (fl_lightning.assembly.fit.HookTraits), never the class: True if it keeps per-client
+    # vectors across rounds in the client-state store; True if each client uploads one block of the division;
+    # whether its client hooks change what a client computes or sends (None: True if it overrides a client hook)
+    keeps_client_state: bool = False
+    uploads_one_block: bool = False
+    changes_local_training: Optional[bool] = None
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """Refuses to sit silently on a Trainer whose module runs no federated rounds."""
@@ -80,7 +86,7 @@ class FLCallback(pl.Callback):
     def on_client_reported(self, client: ClientContext) -> None:
         """Server, once the client's upload arrived and is finite (the working model still holds its y).
         Keep per-client state (c_i, h_i) here, not in on_client_end: a client that fails to report
-        (client_dropout) or sends NaN/inf is dropped, and its state must stay as it was. Must not
+        (a dropout part) or sends NaN/inf is dropped, and its state must stay as it was. Must not
         change the upload or the working model."""
 
     def on_server_update(self, server: ServerContext) -> None:

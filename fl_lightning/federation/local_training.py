@@ -49,7 +49,6 @@ class LocalConfig:
     batch_size: int = 50
     weighted_aggregation: bool = False
     grad_clip: Optional[float] = None  # clip each local gradient's norm (the authors' code: 10)
-    client_dropout: float = 0.0  # probability that a sampled client's upload never arrives
     parallel_clients: int = 1  # K: clients trained at the same time in this process
     local_trainer: Optional[dict] = None  # Trainer options: local epochs in a user-configured pl.Trainer
 

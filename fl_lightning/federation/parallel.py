@@ -68,15 +68,21 @@ def check_own_randomness(net: nn.Module, run_forward: Callable[[], object], devi
             handle.remove()
     if drew:
         name, kind = max(drawing, key=lambda item: item[0].count(".") + bool(item[0])) if drawing else ("", "")
-        where = f"{kind} at '{name}'" if name else f"{kind or 'loss'} (its forward)"
-        raise ConfigError("model.parallel_clients", f"the network's {where} draws from torch's global random "
-                          "generator, which threads share, so clients trained at once would not be reproducible; "
-                          "set model.parallel_clients 1")
+        raise DrawsGlobalRng(f"{kind} at '{name}'" if name else f"{kind or 'loss'} (its forward)")
 
 
-def check_parallel_clients(flat: FlatModel, loss_fn: Callable, clients, batch_size: int) -> None:
-    """``check_own_randomness`` on one training minibatch of the first client; the network (vector,
-    integer buffers, train/eval mode) is left exactly as it was."""
+class DrawsGlobalRng(Exception):
+    """The network's training forward drew from torch's global generator; ``where``: the innermost layer that did."""
+
+    def __init__(self, where: str):
+        super().__init__(where)
+        self.where = where
+
+
+def global_rng_draw(flat: FlatModel, loss_fn: Callable, clients, batch_size: int) -> Optional[str]:
+    """``check_own_randomness`` on one training minibatch of the first client: the layer that draws (as
+    ``"Dropout at 'features.3'"``), or None; the network (vector, integer buffers, train/eval mode) is left exactly
+    as it was. The fit's ``network.global_rng_draw`` trait (fl_lightning.assembly.fit)."""
     net, device = flat.net, flat.device
     x, y = clients.of(0)
     x, y = x[:batch_size].to(device), y[:batch_size].to(device)
@@ -85,6 +91,9 @@ def check_parallel_clients(flat: FlatModel, loss_fn: Callable, clients, batch_si
     try:
         net.train()
         check_own_randomness(net, lambda: loss_fn(net, clients.prepare(x, generator(0, device)), y), device)
+        return None
+    except DrawsGlobalRng as drawn:
+        return drawn.where
     finally:
         net.train(was_training)
         flat.load(saved)
@@ -115,8 +124,20 @@ class ClientPool(ClientRunner):
         self._executor: Optional[ThreadPoolExecutor] = None
 
     @classmethod
-    def from_options(cls, trainer: LocalTrainer, parallel_clients: int, cohort_size: Optional[int]) -> ClientRunner:
-        return cls(trainer, parallel_clients, torch.get_num_threads()) if parallel_clients > 1 else SerialRunner(trainer)
+    def from_fit(cls, trainer: LocalTrainer, fit) -> ClientRunner:
+        if fit.parallel_clients > 1:
+            return cls(trainer, fit.parallel_clients, torch.get_num_threads())
+        return SerialRunner(trainer)
+
+    @classmethod
+    def refuse(cls, fit) -> Optional[ConfigError]:
+        """A network whose forward draws from torch's global generator (threads share it)."""
+        where = fit.network.global_rng_draw if fit.parallel_clients > 1 else None
+        if where is None:
+            return None
+        return ConfigError("model.parallel_clients", f"the network's {where} draws from torch's global random "
+                           "generator, which threads share, so clients trained at once would not be reproducible; "
+                           "set model.parallel_clients 1")
 
     @staticmethod
     def _copy(main: LocalTrainer) -> LocalTrainer:

@@ -16,8 +16,7 @@ Every part has ``state_dict()``/``load_state_dict()`` (in the checkpoint, for an
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Optional
+from typing import Iterable, Iterator, Optional
 
 import numpy as np
 import torch
@@ -65,10 +64,16 @@ class Sampler(Part):
         raise NotImplementedError
 
     @classmethod
-    def from_options(cls, num_clients: int, per_round: int, excluded: tuple) -> "Sampler":
-        """The sampler ``model.sampler NAME`` builds: M clients, S = ``model.clients_per_round``, never one of
-        ``excluded`` (clients held out of training)."""
-        return cls(num_clients, per_round, excluded)
+    def from_fit(cls, fit, **options) -> "Sampler":
+        """The sampler ``model.sampler NAME`` (or a class path, with ``init_args`` as ``options``) builds: by default
+        ``cls(M, S, held_out, **options)`` — M clients, S = ``model.clients_per_round``, never one of the clients held
+        out of training. Override it to read more of the fit (``fit.samples``, ``fit.label_counts``)."""
+        return cls(fit.num_clients, fit.per_round, fit.held_out, **options)
+
+    @classmethod
+    def refuse(cls, fit) -> Optional[ConfigError]:
+        """A fit this sampler cannot serve, as one ConfigError (default: none)."""
+        return None
 
 
 @SAMPLERS.register("uniform")
@@ -96,11 +101,15 @@ class PoissonSampler(Sampler):
         self.num_clients, self.poisson_rate = num_clients, rate
 
     @classmethod
-    def from_options(cls, num_clients: int, per_round: int, excluded: tuple) -> Sampler:
-        if excluded:
-            raise ConfigError("model.sampler", "poisson may draw any client, so none can be held out of training; "
-                              "leave model.personal_new_clients unset, or use model.sampler uniform")
-        return cls(num_clients, per_round / num_clients)
+    def from_fit(cls, fit, **options) -> Sampler:
+        return cls(fit.num_clients, fit.per_round / fit.num_clients, **options)
+
+    @classmethod
+    def refuse(cls, fit) -> Optional[ConfigError]:
+        if fit.held_out:
+            return ConfigError("model.sampler", "poisson may draw any client, so none can be held out of training; "
+                               "leave model.personal_new_clients unset, or use model.sampler uniform")
+        return None
 
     def sample(self, round_idx: int, rng: np.random.Generator) -> list[int]:
         return np.flatnonzero(rng.random(self.num_clients) < self.poisson_rate).tolist()
@@ -120,15 +129,16 @@ class ClientRunner(Part):
         self.trainer = trainer
 
     @classmethod
-    def from_options(cls, trainer: LocalTrainer, parallel_clients: int, cohort_size: Optional[int]) -> "ClientRunner":
-        """The runner ``model.client_runner NAME`` builds, with the fit's ``parallel_clients`` and ``cohort_size``."""
-        return cls(trainer)
+    def from_fit(cls, trainer: LocalTrainer, fit, **options) -> "ClientRunner":
+        """The runner ``model.client_runner NAME`` (or a class path, ``init_args`` as ``options``) builds on the
+        loop's trainer, reading what it needs of the fit (e.g. ``fit.parallel_clients``, ``fit.cohort_size``)."""
+        return cls(trainer, **options)
 
     @classmethod
-    def check_fit(cls, name: str, flat, loss_fn, clients, batch_size: int, local_optimizer: str, local_trainer,
-                  parallel_clients: int, asynchronous: bool) -> None:
-        """Refuses, in one ConfigError naming ``model.client_runner NAME``, a fit this runner cannot train as the
-        serial runner does; called before the fit's first round (default: every fit is fine)."""
+    def refuse(cls, fit) -> Optional[ConfigError]:
+        """A fit this runner cannot train as the serial runner does, as one ConfigError naming
+        ``model.client_runner`` (default: none); asked before the fit's first round."""
+        return None
 
     def run(self, positions: list[int], plan: RoundContext) -> Iterator[Trained]:
         raise NotImplementedError
@@ -146,31 +156,24 @@ class SerialRunner(ClientRunner):
             yield position, self.trainer.run_client(plan.clients[position], plan)
 
 
-@dataclass(frozen=True)
-class ScheduleSetting:
-    """What a schedule is built from (``RoundSchedule.from_options``): M, S, the minibatch size, and the fit's
-    system options (None when model.system is unset): the simulated population, model.round_policy and
-    model.asynchronous."""
-
-    num_clients: int
-    per_round: int
-    batch_size: int
-    population: Any = None
-    round_policy: Any = None
-    asynchronous: Any = None
-
-
 @SCHEDULES.register("synchronous")
 class RoundSchedule(Part):
     """When the server steps. The default is the synchronous round: every planned client, then one step.
-    ``times_clients``: it runs on model.system's simulated clients (needs it; the others refuse it)."""
+    ``times_clients``: it runs on a simulated system's clients (needs one; the others refuse one). ``epoch``: what
+    one Lightning epoch is, ``"round"`` or ``"server step"`` (the progress bar and the summary say it)."""
 
     times_clients = False
+    epoch = "round"
 
     @classmethod
-    def from_options(cls, setting: ScheduleSetting) -> "RoundSchedule":
-        """The schedule ``model.schedule NAME`` builds."""
-        return cls()
+    def from_fit(cls, fit, **options) -> "RoundSchedule":
+        """The schedule ``model.schedule NAME`` (or a class path, ``init_args`` as ``options``) builds."""
+        return cls(**options)
+
+    @classmethod
+    def refuse(cls, fit) -> Optional[ConfigError]:
+        """A fit this schedule cannot run, as one ConfigError (default: none)."""
+        return None
 
     def sampler(self, chosen: Sampler) -> Sampler:
         """Who is asked under this schedule; ``chosen`` is the one the options name (default: it)."""

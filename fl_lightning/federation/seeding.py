@@ -27,7 +27,7 @@ class Purpose(IntEnum):
     SAMPLING = 0x5A3  # which S of the M clients
     BLOCK_ORDER = 0xB10C  # FedBCGD: which sampled client owns which block
     POOLED = 0xCE47  # centralised SGD: the pooled pass's batch order
-    FAILURE = 0xFA11  # client_dropout: which sampled clients fail to report
+    FAILURE = 0xFA11  # dropout: which sampled clients fail to report
 
 
 class Stream(IntEnum):

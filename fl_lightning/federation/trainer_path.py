@@ -155,12 +155,18 @@ def local_trainer_options(options, parallel_clients: int) -> Optional[dict]:
 
 def needs_logger(callback) -> bool:
     """A LearningRateMonitor of either namespace (Lightning refuses it in a Trainer without a logger)."""
-    return any(cls.__name__ == "LearningRateMonitor" for cls in type(callback).__mro__)
+    import sys
+
+    from fl_lightning.federation.namespaces import PACKAGES
+
+    monitors = tuple(getattr(sys.modules.get(f"{name}.callbacks"), "LearningRateMonitor", None) for name in PACKAGES)
+    return isinstance(callback, tuple(m for m in monitors if m is not None))
 
 
 def built(spec, field: str):
     """An object from ``{"class_path": "pkg.Class", "init_args": {...}}`` (anything else as it is)."""
-    from fl_lightning.errors import ConfigError, imported
+    from fl_lightning.class_paths import imported
+    from fl_lightning.errors import ConfigError
 
     if not isinstance(spec, dict):
         return spec

@@ -61,6 +61,8 @@ def module_ranges(segments, modules: list[str]) -> Ranges:
 class PersonalPart(FLCallback):
     """Keeps the coordinates ``select(round)`` on each client (module docstring)."""
 
+    keeps_client_state = True  # (fl_lightning.assembly.fit.HookTraits)
+
     TABLE = "personal_part"
 
     def __init__(self, select: Callable[[object], Ranges], label: str = "personal part"):

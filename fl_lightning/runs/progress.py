@@ -16,7 +16,7 @@ SHOWN = {"val/acc": "{:.4f}", "test/acc": "{:.4f}", "comm/upload_d": "{:.2f}"}
 class RoundProgressBar(TQDMProgressBar):
     @property
     def train_description(self) -> str:
-        return "server step" if getattr(self.trainer.lightning_module, "asynchronous", None) is not None else "round"
+        return getattr(self.trainer.lightning_module, "schedule_epoch", "round")  # the schedule's RoundSchedule.epoch
 
     def on_train_start(self, trainer, pl_module):
         bar = self.init_train_tqdm()

@@ -42,8 +42,8 @@ def prepare(trainer: pl.Trainer, module) -> None:
 
 
 def steps_word(module) -> str:
-    """What one epoch is: a round, or with FedBuff (model.asynchronous) a server step."""
-    return "server steps" if getattr(module, "asynchronous", None) is not None else "rounds"
+    """What one epoch is under the fit's schedule (``RoundSchedule.epoch``): rounds, or server steps (FedBuff)."""
+    return f"{getattr(module, 'schedule_epoch', 'round')}s"
 
 
 def summary(trainer: pl.Trainer, module) -> str:

@@ -22,7 +22,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from fl_lightning.federation.seams import SCHEDULES, RoundSchedule, Sampler, ScheduleSetting
+from fl_lightning.federation.seams import SCHEDULES, RoundSchedule, Sampler
 from fl_lightning.systems.policies import RoundPolicy
 from fl_lightning.systems.profiles import Population, samples_processed, steps_within, total_seconds
 
@@ -64,8 +64,8 @@ class RoundSimulator(RoundSchedule):
     times_clients = True
 
     @classmethod
-    def from_options(cls, setting: ScheduleSetting) -> "RoundSimulator":
-        return cls(setting.population, setting.round_policy or RoundPolicy(), setting.batch_size, setting.per_round)
+    def from_fit(cls, fit) -> "RoundSimulator":
+        return cls(fit.population, fit.round_policy or RoundPolicy(), fit.batch_size, fit.per_round)
 
     def sampler(self, chosen: Sampler) -> Sampler:
         return AvailableSampler(self, self.per_round)

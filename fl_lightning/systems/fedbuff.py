@@ -42,10 +42,9 @@ import numpy as np
 import torch
 
 from fl_lightning.federation.messages import Part, Payload
-from fl_lightning.compression.codecs import Codec
 from fl_lightning.errors import ConfigError
 from fl_lightning.resolve import resolve_part
-from fl_lightning.federation.seams import SCHEDULES, RoundSchedule, ScheduleSetting
+from fl_lightning.federation.seams import SCHEDULES, RoundSchedule
 from fl_lightning.federation.seeding import Purpose, derive_seed
 from fl_lightning.systems.clock import TIMELINE_COLUMNS, TIMELINE_FILE, VirtualClock, timeline_rows
 from fl_lightning.systems.profiles import samples_processed, total_seconds
@@ -98,6 +97,7 @@ class FedBuff(RoundSchedule):
     ``new_sums``, ``count_traffic``, ``step_server``, ``num_samples``, ``restore_working_model``, ``blocks``)."""
 
     times_clients = True
+    epoch = "server step"
 
     def __init__(self, options: Asynchronous, population, batch_size: int):
         self.options, self.population, self.batch_size = options, population, batch_size
@@ -110,8 +110,28 @@ class FedBuff(RoundSchedule):
         self.seconds = 0.0  # wall time in the simulation itself (not the clients' training)
 
     @classmethod
-    def from_options(cls, setting: ScheduleSetting) -> "FedBuff":
-        return cls(setting.asynchronous or Asynchronous(), setting.population, setting.batch_size)
+    def from_fit(cls, fit) -> "FedBuff":
+        return cls(fit.asynchronous or Asynchronous(), fit.population, fit.batch_size)
+
+    @classmethod
+    def refuse(cls, fit) -> Optional[ConfigError]:
+        """What FedBuff does not combine with, read from the fit's traits (fl_lightning.assembly.fit): hooks other
+        than a block upload that trains the whole model, a codec with per-client state, DP, dropout, K > 1."""
+        if fit.round_policy is not None:
+            return ConfigError("model.round_policy", "is for synchronous rounds; leave it unset with model.asynchronous")
+        hooks = fit.algorithm_hooks
+        if not all(h.uploads_one_block and not h.changes_local_training and not h.keeps_client_state for h in hooks):
+            return ConfigError("model.asynchronous", f"runs FedAvg-like algorithms and FedBCGD (server optimizer "
+                               f"only); {fit.algorithm} has per-client hooks/state: choose fedavg, fedavgm or fedbcgd")
+        if fit.codec_stateless is False:
+            return ConfigError("model.compression", "keeps per-client state (error feedback, PowerSGD's Q) that "
+                               "FedBuff's clients do not carry; use a stateless codec (topk, randk, qsgd without "
+                               "error_feedback)")
+        for name, off in (("privacy", not fit.private), ("client_dropout", fit.client_dropout == 0),
+                          ("parallel_clients", fit.parallel_clients == 1)):
+            if not off:
+                return ConfigError(f"model.{name}", "is not supported with model.asynchronous; leave it unset")
+        return None
 
     # -- launches ---------------------------------------------------------------------------------
     def _candidate(self) -> Optional[int]:
@@ -213,26 +233,3 @@ class FedBuff(RoundSchedule):
         self.server_steps = int(state["server_steps"])
         self.queue = [tuple(entry) for entry in state["queue"]]
         heapq.heapify(self.queue)
-
-
-def check_asynchronous(module) -> None:
-    """What FedBuff does not combine with, one line each (module options resolved; its model.system is checked with
-    the schedule's, fl_lightning.module_options.settle_parts)."""
-    if module.asynchronous is None:
-        return
-    hp = module.hparams
-    if module.round_policy is not None:
-        raise ConfigError("model.round_policy", "is for synchronous rounds; leave it unset with model.asynchronous")
-    hooks = module.algorithm.callbacks()
-    blocks_only = [type(cb).__name__ for cb in hooks] == ["BlockUploadMask"] and not hooks[0].freeze_other_blocks
-    if hooks and not blocks_only:
-        raise ConfigError("model.asynchronous", f"runs FedAvg-like algorithms and FedBCGD (server optimizer only); "
-                          f"{module.algorithm.name} has per-client hooks/state: choose fedavg, fedavgm or fedbcgd")
-    codec = module.codec
-    if codec is not None and (codec.error_feedback or type(codec).client_state is not Codec.client_state):
-        raise ConfigError("model.compression", "keeps per-client state (error feedback, PowerSGD's Q) that FedBuff's "
-                          "clients do not carry; use a stateless codec (topk, randk, qsgd without error_feedback)")
-    for name, off in (("privacy", module.privacy is None),
-                      ("client_dropout", hp.client_dropout == 0), ("parallel_clients", hp.parallel_clients == 1)):
-        if not off:
-            raise ConfigError(f"model.{name}", "is not supported with model.asynchronous; leave it unset")

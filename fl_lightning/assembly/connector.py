@@ -1,0 +1,206 @@
+"""The one place that chooses a fit's parts and refuses the settings they cannot serve together (as Lightning's
+accelerator connector chooses a strategy and refuses every clash in one place).
+
+**Priorities** (docs/architecture.md, "Choosing a fit's parts"):
+
+1. An explicit option wins: ``model.schedule``, ``model.sampler`` and ``model.client_runner`` each take a registered
+   name, a class path, ``{class_path, init_args}`` or an object (fl_lightning.resolve.resolve_choice).
+2. Where a part's own option is unset, other options imply it (``IMPLIED``, first match): the schedule is
+   ``fedbuff`` with ``model.asynchronous``, ``simulated`` with ``model.system``, else ``synchronous``; the sampler
+   is ``poisson`` with ``model.privacy.sampling poisson``, else ``uniform``; the runner ``serial``, which with
+   ``model.parallel_clients`` K > 1 is K threads (``threads``). ``model.client_dropout`` p > 0 wraps the schedule
+   in ``ClientDropout`` (fl_lightning.systems.dropout). A schedule that reaches only some clients brings its own
+   sampler (the simulated one asks only clients online), so ``model.system`` and ``model.privacy`` own sampling and
+   an explicit ``model.sampler`` beside them is refused.
+3. Clashes between options are refused when the module is built (``choose_parts``); clashes with the fit — its
+   data, network, hooks and codec — once the fit is described (``describe_fit``) and before any run file, by each
+   chosen part's ``refuse(fit)``: the schedule's, the sampler's, then the runner's; the first is reported, in one
+   line naming the options.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from pytorch_lightning.utilities import rank_zero_warn
+
+from fl_lightning.assembly.fit import Fit, first_refusal, hook_traits, network_traits
+from fl_lightning.callbacks import CompressedUpload, ControlVariates
+from fl_lightning.errors import ConfigError
+from fl_lightning.federation.hooks import FLCallback
+from fl_lightning.federation.local_training import LocalTrainer
+from fl_lightning.federation.runners import RUNNERS
+from fl_lightning.federation.seams import SAMPLERS, SCHEDULES, ClientRunner, RoundSchedule, Sampler, SerialRunner
+from fl_lightning.personalization.evaluation import new_client_ids
+from fl_lightning.privacy import ClientDP
+from fl_lightning.privacy.callback import check_before_fit as check_privacy
+from fl_lightning.privacy.control import NoisedControlSum
+from fl_lightning.resolve import Choice, resolve_choice
+from fl_lightning.systems.dropout import ClientDropout
+from fl_lightning.systems.fedbuff import Asynchronous
+
+IMPLIED = {  # a part's option unset: (what implies it, the registered name), first match
+    "schedule": (("model.asynchronous", "fedbuff"), ("model.system", "simulated"), (None, "synchronous")),
+    "sampler": (("model.privacy.sampling poisson", "poisson"), (None, "uniform")),
+}
+
+
+@dataclass(frozen=True)
+class Parts:
+    """The round's parts as chosen from the options (built once the fit is known)."""
+
+    sampler: Choice
+    schedule: Choice
+    runner: Choice
+
+
+def _implied(kind: str, given: set) -> str:
+    return next(name for option, name in IMPLIED[kind] if option is None or option in given)
+
+
+def choose_parts(module) -> Parts:
+    """The sampler, schedule and runner the options name or imply, with the clashes between options refused in
+    one line; sets ``module.parts`` and ``module.schedule_epoch``. Module options are resolved already."""
+    hp = module.hparams
+    given = {option for option, on in (("model.asynchronous", module.asynchronous is not None),
+                                       ("model.system", module.system is not None),
+                                       ("model.privacy.sampling poisson", module.privacy is not None and
+                                        module.privacy.sampling == "poisson")) if on}
+    schedule = resolve_choice(hp.get("schedule"), SCHEDULES, RoundSchedule, "model.schedule") or \
+        resolve_choice(_implied("schedule", given), SCHEDULES, RoundSchedule, "model.schedule")
+    timed = schedule.cls.times_clients
+    if timed and module.system is None and hp.get("schedule") is None:  # implied by model.asynchronous
+        raise ConfigError("model.asynchronous", "needs a simulated system for the clients' times: give model.system")
+    if timed and module.system is None:
+        raise ConfigError("model.schedule", f"{schedule.label} times clients on a simulated system: give "
+                          "model.system (e.g. --model.system mobile)")
+    if module.system is not None and not timed:
+        timers = ", ".join(name for name in SCHEDULES if SCHEDULES[name].times_clients)
+        raise ConfigError("model.schedule", f"{schedule.label} does not time clients, so model.system would "
+                          f"simulate nothing; choose one that does ({timers}) or unset model.system")
+    if module.asynchronous is not None and schedule.cls is not SCHEDULES["fedbuff"]:
+        raise ConfigError("model.schedule", f"model.asynchronous is FedBuff's; leave model.schedule unset, not "
+                          f"{schedule.label}")
+    if schedule.cls is SCHEDULES["fedbuff"] and module.asynchronous is None:
+        module.asynchronous = Asynchronous()  # by name: FedBuff's defaults (recorded as model.asynchronous)
+    if hp.get("sampler") is not None and (module.system is not None or module.privacy is not None):
+        owner = "model.system samples the available clients" if module.system is not None else \
+            "model.privacy samples by its own option (model.privacy.sampling)"
+        raise ConfigError("model.sampler", f"{owner}; leave model.sampler unset")
+    sampler = resolve_choice(hp.get("sampler") or _implied("sampler", given), SAMPLERS, Sampler, "model.sampler")
+    runner = resolve_choice(hp.get("client_runner") or "serial", RUNNERS, ClientRunner, "model.client_runner")
+    if runner.cls is SerialRunner and hp.parallel_clients > 1:
+        runner = Choice(RUNNERS["threads"], runner.options, None, "threads")
+    module.parts = Parts(sampler, schedule, runner)
+    module.schedule_epoch = schedule.cls.epoch
+    for key, choice in (("sampler", sampler), ("schedule", schedule), ("client_runner", runner)):
+        if hp.get(key) is not None and choice.instance is not None:  # an object from Python: recorded by class path
+            hp[key] = choice.label
+    return module.parts
+
+
+def fit_hooks(module) -> list[FLCallback]:
+    """The fit's FLCallbacks: the Trainer's once the module is attached to one, else the module's own."""
+    try:
+        callbacks = module.trainer.callbacks
+    except RuntimeError:  # not attached to a Trainer yet (the command line's check before any run file)
+        callbacks = []
+    fl = [cb for cb in callbacks if isinstance(cb, FLCallback)]
+    return fl or [cb for cb in fit_callbacks(module) if isinstance(cb, FLCallback)]
+
+
+def describe_fit(module, datamodule) -> Fit:
+    """The fit's description (fl_lightning.assembly.fit), from the module and its set-up data module."""
+    hp, clients = module.hparams, datamodule.clients
+    held_out = new_client_ids(datamodule.num_clients, hp.get("personal_new_clients"))  # never trained (pval_new/*)
+    counts = datamodule.histogram() if datamodule.num_classes else None
+    privacy = module.privacy
+    return Fit(
+        num_clients=datamodule.num_clients, per_round=hp.clients_per_round,
+        samples=tuple(clients.num_samples(i) for i in range(len(clients))),
+        label_counts=None if counts is None else tuple(tuple(int(c) for c in row) for row in counts.tolist()),
+        held_out=tuple(held_out), batch_size=hp.batch_size, local_epochs=hp.local_epochs,
+        local_optimizer=hp.local_optimizer, local_trainer=module.local_trainer is not None,
+        parallel_clients=hp.parallel_clients, cohort_size=hp.get("cohort_size"), client_dropout=hp.client_dropout,
+        privacy_sampling=None if privacy is None else privacy.sampling,
+        population=module.system.population(datamodule.num_clients) if module.system is not None else None,
+        round_policy=module.round_policy, asynchronous=module.asynchronous, schedule_epoch=module.schedule_epoch,
+        algorithm=module.algorithm.name, algorithm_hooks=tuple(hook_traits(cb) for cb in module.algorithm.callbacks()),
+        hooks=tuple(hook_traits(cb) for cb in fit_hooks(module)),
+        codec_stateless=None if module.codec is None else module.codec.stateless,
+        network=network_traits(module.flat, module.local_loss, clients, hp.batch_size))
+
+
+def refuse_clashes(parts: Parts, fit: Fit) -> None:
+    """Every chosen part's refusal of the fit, the first one raised (schedule, sampler, runner); before that, init_args
+    its ``from_fit`` does not take."""
+    for option, choice, leading in (("model.schedule", parts.schedule, ()), ("model.sampler", parts.sampler, ()),
+                                    ("model.client_runner", parts.runner, (None,))):
+        if choice.instance is None:
+            try:
+                builder = inspect.signature(choice.cls.from_fit)
+                builder.bind(*leading, fit, **choice.options)
+                if any(p.kind is p.VAR_KEYWORD for p in builder.parameters.values()):  # the default: to __init__
+                    inspect.signature(choice.cls).bind_partial(**choice.options)
+            except TypeError as err:
+                raise ConfigError(option, f"{choice.label} takes no such init_args ({err}); give the options its "
+                                  "from_fit takes") from None
+    first_refusal(parts.schedule.cls.refuse(fit), parts.sampler.cls.refuse(fit), parts.runner.cls.refuse(fit))
+
+
+def _built(choice: Choice, fit: Fit, *leading):
+    return choice.instance if choice.instance is not None else choice.cls.from_fit(*leading, fit, **choice.options)
+
+
+def round_parts(parts: Parts, fit: Fit) -> tuple[Sampler, RoundSchedule]:
+    """The sampler and the schedule, built from the fit; the schedule may ask whom it can reach instead (the
+    round simulator: the clients online); client dropout wraps the schedule."""
+    schedule = _built(parts.schedule, fit)
+    if fit.client_dropout > 0:
+        schedule = ClientDropout(schedule, fit.client_dropout)
+    return schedule.sampler(_built(parts.sampler, fit)), schedule
+
+
+def runner_for(choice: Choice, fit: Fit) -> Callable[[LocalTrainer], ClientRunner]:
+    """The runner's constructor from the loop's LocalTrainer. A callback that declares ``thread_safe = False``
+    keeps the clients one at a time, with a line that says so."""
+
+    def build(trainer: LocalTrainer) -> ClientRunner:
+        unsafe = [type(cb).__name__ for cb in trainer.callbacks if not cb.thread_safe]
+        if unsafe and choice.cls is not SerialRunner:
+            chosen = f"model.client_runner {choice.label}" if choice.label != "threads" else \
+                f"model.parallel_clients {fit.parallel_clients}"
+            rank_zero_warn(f"{', '.join(unsafe)} declares thread_safe = False: clients train one at a time "
+                           f"({chosen} ignored)")
+            return SerialRunner(trainer)
+        return _built(choice, fit, trainer)
+
+    return build
+
+
+def fit_callbacks(module) -> list:
+    """The fit's FLCallbacks, in the order they run: the algorithm's hooks; with ``model.privacy`` client-level DP
+    after them and, with control variates, Δc's noise before them; the codec on what they upload; robust
+    aggregation last (fl_lightning.aggregation)."""
+    algorithm = module.algorithm.callbacks()
+    privacy = first = []
+    if module.privacy is not None:  # after the algorithm, before the codec; Δc's noise before the algorithm reads it
+        dp = ClientDP(module.privacy, controls=any(isinstance(cb, ControlVariates) for cb in algorithm))
+        privacy, first = [dp], ([NoisedControlSum(dp)] if dp.controls else [])
+    robust = [module.robust] if getattr(module, "robust", None) is not None else []
+    return first + algorithm + privacy + ([CompressedUpload(module.codec)] if module.codec is not None else []) + robust
+
+
+def check_before_fit(module, num_clients: int) -> None:
+    """Refusals that need the data's client count, before any run file is written: client-level DP's δ, target ε
+    and budget (fl_lightning.privacy)."""
+    if module.privacy is not None:
+        check_privacy(module.privacy, num_clients, module.hparams.clients_per_round, module.trainer.max_epochs)
+
+
+def chosen_runner(module, fit: Optional[Fit]) -> Callable[[LocalTrainer], ClientRunner]:
+    """The fit's runner: the one a callback hands over as an object (deploy's ``FlowerClients``: its SuperNodes),
+    else the options' choice."""
+    brought = [cb.client_runner for cb in module.trainer.callbacks if hasattr(cb, "client_runner")]
+    return brought[0] if brought else runner_for(module.parts.runner, fit)
