@@ -1,0 +1,85 @@
+"""examples/flower_app under real Flower, as a user runs it: a SuperLink and one SuperNode per partition on loopback
+(127.0.0.1 ports only, insecure), Flower's own ClientApp processes (``--isolation subprocess``), the app submitted
+with ``flwr run <app dir> local-deployment``. Its ServerApp (``AlgorithmStrategy``, FedBCGD N = 2) saves the same
+global model as ``fl-lightning fit`` of the same settings, bit for bit. (Flower's simulation engine needs Ray, which
+is not installed here.) Every process is stopped at the end, also on a failure or timeout."""
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("flwr", reason="Flower is an extra: pip install '.[flower]' (make test installs it)")
+
+from fl_lightning.deploy.local import LocalFederation, tool  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+NODES, ROUNDS = 2, 2
+FLWR_RUN_TIMEOUT_S = 240
+
+
+class UserAppNodes(LocalFederation):
+    """SuperNodes as a user starts them for their own app: Flower launches the ClientApp per message, node config
+    ``partition-id`` and ``num-partitions``; one thread per process (the fit below too), so the sums are the same."""
+
+    def __init__(self, nodes: int, workdir: str):
+        super().__init__(nodes, workdir, isolation="subprocess")
+        self.env["OMP_NUM_THREADS"] = "1"
+
+    def node_config(self, partition: int) -> str:
+        return f"partition-id={partition} num-partitions={self.nodes}"
+
+
+def fit_model(rounds: int, clients: int) -> dict:
+    """``fl-lightning fit`` of the app's settings (its task.py: LitDigits, digits, batch 32, SGD 0.1), one thread."""
+    import sys
+
+    import lightning.pytorch as L
+
+    from fl_lightning import FederatedDataModule, FederatedModule
+    from fl_lightning.algorithms import FedBCGD
+    from tests.conftest import make_trainer
+
+    sys.path.insert(0, str(REPO / "examples" / "flower_app"))
+    try:
+        from flower_app.task import LitDigits
+    finally:
+        sys.path.remove(str(REPO / "examples" / "flower_app"))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        L.seed_everything(0, verbose=False)
+        module = FederatedModule(LitDigits(), algorithm=FedBCGD(num_blocks=2), clients_per_round=clients,
+                                 local_epochs=1, batch_size=32, lr=0.1, lr_decay=1.0, weight_decay=0.0)
+        module.prints_summary = False
+        make_trainer(rounds).fit(module, FederatedDataModule("digits", num_clients=clients))
+    finally:
+        torch.set_num_threads(threads)
+    return module.net.state_dict()
+
+
+def test_the_flower_app_under_flwr_run_on_a_superlink_ends_with_the_fits_model(tmp_path):
+    app = tmp_path / "flower-app"  # a copy: `flwr run` comments out the pyproject's federations once it moved them
+    shutil.copytree(REPO / "examples" / "flower_app", app, ignore=shutil.ignore_patterns("__pycache__"))
+    saved = tmp_path / "final_model.pt"
+    overrides = (f"num-server-rounds={ROUNDS} num-clients={NODES} per-round={NODES} fraction-evaluate=0.0 "
+                 f"save='{saved}'")
+    with UserAppNodes(NODES, str(tmp_path)) as nodes:
+        pyproject = app / "pyproject.toml"
+        pyproject.write_text(pyproject.read_text().replace("127.0.0.1:8000", f"127.0.0.1:{nodes.port}"))
+        done = subprocess.run([tool("flwr"), "run", str(app), "local-deployment", "--stream", "--run-config",
+                               overrides], cwd=tmp_path, env=nodes.env, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=FLWR_RUN_TIMEOUT_S)
+        started = list(nodes.processes.values())
+        logs = {name: (Path(nodes.logs) / f"{name}.log").read_text()[-2000:] for name in ("superlink", "supernode0")}
+    assert saved.exists(), (done.stdout[-4000:], done.stderr[-2000:], logs)
+    assert "Using SuperLink: local-deployment" in done.stdout
+    assert "uploaded 1.137 d per client" in done.stdout  # FedBCGD N = 2 on LitDigits, 2 rounds (the fit's comm)
+    final, want = torch.load(saved, weights_only=True), fit_model(ROUNDS, NODES)
+    assert final.keys() == want.keys()
+    for key, value in want.items():
+        assert torch.equal(final[key], value), (key, (final[key] - value).abs().max())
+    assert len(started) == 1 + NODES and all(p.poll() is not None for p in started)  # all stopped
+    assert "\n# [tool.flwr.federations.local-deployment]" in pyproject.read_text()  # Flower moved it to FLWR_HOME
+    assert "\n[tool.flwr.federations.local-deployment]" in (REPO / "examples/flower_app/pyproject.toml").read_text()
