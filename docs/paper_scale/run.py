@@ -116,6 +116,8 @@ def command(args, arm: str, rho: str, seed: int, name: str, budget: float, save_
            "--trainer.logger.init_args.save_dir", save_dir, "--trainer.logger.init_args.name", name]
     if rounds is not None:
         cmd += ["--trainer.max_epochs", str(rounds)]
+    if args.test_samples is not None:  # a seeded subsample of test/, recorded in each run's config.yaml
+        cmd += ["--data.eval_samples", str(args.test_samples)]
     if args.tiny:  # the CI size: every client in every round (FedBCGD needs S ≥ N = 5)
         cmd += ["--data.num_clients", "5", "--data.samples_per_client", "10", "--model.clients_per_round", "5",
                 "--model.batch_size", "5", "--model.local_epochs", "1"]
@@ -162,6 +164,8 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=8, help="runs at once (processes sharing the GPU)")
     parser.add_argument("--budget_d", type=float, default=100.0)
     parser.add_argument("--eval_every_d", type=float, default=10.0)
+    parser.add_argument("--test_samples", type=int, help="evaluate on this many test images (data.eval_samples: "
+                        "the same seeded draw in every run, recorded in config.yaml); default all")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--rhos", default="0.1,0.6")
     parser.add_argument("--algorithms", default=",".join(ALGORITHMS),
