@@ -84,13 +84,14 @@ def plain_round(model, optimizer, x, y, generator, channels_last=False, clients:
 
 def fl_rounds(x, y, rounds: int, algorithm: str = "fedavg", channels_last=None, precision="32-true",
               accelerator: str = "cpu", parallel_clients: int = 1, local_epochs: int = 1, client_runner: str = "serial",
-              cohort_size=None, per_round=None, callbacks=()) -> list[float]:
-    """Round times of ``rounds`` rounds in one fit over the clients of ``x`` (PER_CLIENT samples each)."""
-    split = DataSplit(x, y, x[:BATCH], y[:BATCH], 10)
-    clients = [torch.arange(c * PER_CLIENT, (c + 1) * PER_CLIENT) for c in range(len(y) // PER_CLIENT)]
+              cohort_size=None, per_round=None, callbacks=(), network=LeNet5, per_client: int = PER_CLIENT,
+              batch: int = BATCH) -> list[float]:
+    """Round times of ``rounds`` rounds in one fit over the clients of ``x`` (``per_client`` samples each)."""
+    split = DataSplit(x, y, x[:batch], y[:batch], 10)
+    clients = [torch.arange(c * per_client, (c + 1) * per_client) for c in range(len(y) // per_client)]
     data = FederatedDataModule.from_tensors(split, clients)
-    module = FederatedModule(LeNet5(), algorithm=algorithm, clients_per_round=per_round or len(clients),
-                             local_epochs=local_epochs, batch_size=BATCH, lr=LR, weight_decay=WD,
+    module = FederatedModule(network(), algorithm=algorithm, clients_per_round=per_round or len(clients),
+                             local_epochs=local_epochs, batch_size=batch, lr=LR, weight_decay=WD,
                              channels_last=channels_last, parallel_clients=parallel_clients,
                              client_runner=client_runner, cohort_size=cohort_size)
     module.prints_summary = False  # a timed round, not a run to report

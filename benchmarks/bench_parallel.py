@@ -15,13 +15,17 @@ Six ways to train a round, interleaved (``--repeats`` × 3 rounds each), medians
   fl-lightning K=2    the same with model.parallel_clients 2;
   K=1 + evaluation    K=1 with the global model evaluated on 10,000 test images in the round, as
                       a CLI fit does every round by default (what a side-by-side of whole runs sees).
-Targets (cross-device): K=2 ≥ 0.95× the plain thread pool and ≥ 1.1× K=1.
+Target (both settings): K=2 ≥ 1.2× the plain thread pool's samples/s; peak PSS (``--memory``, each way
+in a fresh process) ≤ the plain thread pool's + 200 MiB.
 """
 from __future__ import annotations
 
 import argparse
 import logging
 import statistics
+import subprocess
+import sys
+import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -165,14 +169,27 @@ def fl_rounds(setting: Setting, parallel_clients: int, evaluate: bool = False) -
     return timer.times[1:]
 
 
-def measure(name: str, repeats: int) -> dict[str, list[float]]:
-    setting = Setting(name)
-    plain, pool, pool_cl = PlainLoop(setting), PlainThreadPool(setting), PlainThreadPool(setting, channels_last=True)
-    ways = {"plain loop": lambda: [plain.round() for _ in range(ROUNDS)],
-            "plain thread pool": lambda: [pool.round() for _ in range(ROUNDS)],
-            "pool, channels_last": lambda: [pool_cl.round() for _ in range(ROUNDS)],
+def ways_of(setting: Setting) -> dict:
+    """label → a function that times ROUNDS rounds of that way (each way's objects made on its first call)."""
+    made: dict = {}
+
+    def rounds_of(label, make):
+        def run():
+            if label not in made:
+                made[label] = make()
+            return [made[label].round() for _ in range(ROUNDS)]
+        return run
+
+    return {"plain loop": rounds_of("plain loop", lambda: PlainLoop(setting)),
+            "plain thread pool": rounds_of("plain thread pool", lambda: PlainThreadPool(setting)),
+            "pool, channels_last": rounds_of("pool, channels_last", lambda: PlainThreadPool(setting,
+                                                                                             channels_last=True)),
             "fl-lightning K=1": lambda: fl_rounds(setting, 1), "fl-lightning K=2": lambda: fl_rounds(setting, 2),
             "K=1 + evaluation": lambda: fl_rounds(setting, 1, evaluate=True)}
+
+
+def measure(name: str, repeats: int, only=None) -> dict[str, list[float]]:
+    ways = {label: way for label, way in ways_of(Setting(name)).items() if not only or label in only}
     for way in ways.values():  # warm-up
         way()
     times = {label: [] for label in ways}
@@ -182,30 +199,72 @@ def measure(name: str, repeats: int) -> dict[str, list[float]]:
     return times
 
 
+def pss_mib() -> float:
+    """This process's proportional set size (shared pages split among the processes sharing them), MiB."""
+    with open("/proc/self/smaps_rollup") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("Pss:")) / 1024
+
+
+def peak_pss(name: str, label: str) -> float:
+    """The peak PSS of one way (ROUNDS rounds; a fit's ROUNDS + 1) in this process, sampled every 20 ms."""
+    peak, done = [pss_mib()], threading.Event()
+
+    def sample():
+        while not done.wait(0.02):
+            peak.append(pss_mib())
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    ways_of(Setting(name))[label]()
+    done.set()
+    sampler.join()
+    return max(peak + [pss_mib()])
+
+
+def memory(name: str, labels) -> dict[str, float]:
+    """Each way's peak PSS, each in a fresh process (``--pss-of``)."""
+    return {label: float(subprocess.run([sys.executable, __file__, "--settings", name, "--pss-of", label],
+                                        check=True, capture_output=True, text=True).stdout.split()[-1])
+            for label in labels}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="interleaved measurements (3 rounds) of each way")
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    parser.add_argument("--ways", nargs="+", help="time only these ways (labels as printed; default: all)")
+    parser.add_argument("--memory", action="store_true", help="also each way's peak PSS, each in a fresh process")
+    parser.add_argument("--pss-of", help=argparse.SUPPRESS)  # one way's peak PSS, in this process (for --memory)
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
     pl.seed_everything(0, verbose=False)
+    if args.pss_of:
+        print(f"{peak_pss(args.settings[0], args.pss_of):.1f}")
+        return
     print(f"threads: {torch.get_num_threads()}, {args.repeats} interleaved measurements of {ROUNDS} rounds of each "
           "way, medians")
     for name in args.settings:
-        times = measure(name, args.repeats)
+        times = measure(name, args.repeats, args.ways)
         network, _, per_client, per_round, batch, _ = SETTINGS[name]
         samples = per_client * per_round
         median = {label: statistics.median(t) for label, t in times.items()}
         print(f"\n{name}: {per_round} clients × {per_client} samples per round, batch {batch}, {network.__name__}")
+        base = median.get("plain thread pool")
         for label, t in times.items():
             print(f"  {label:19s} {samples / median[label]:8.0f} samples/s  "
-                  f"(×{median['plain loop'] / median[label]:.2f} the plain loop; rounds "
-                  f"{', '.join(f'{s:.2f}s' for s in t)})")
-        print(f"  K=2 / plain thread pool: {median['plain thread pool'] / median['fl-lightning K=2']:.3f} "
-              f"(target ≥ 0.95; {median['pool, channels_last'] / median['fl-lightning K=2']:.3f} against the pool "
-              f"in channels_last)   K=2 / K=1: {median['fl-lightning K=1'] / median['fl-lightning K=2']:.3f} "
-              f"(target ≥ 1.1)")
+                  + (f"(×{base / median[label]:.2f} the plain thread pool; " if base else "(")
+                  + f"rounds {', '.join(f'{s:.2f}s' for s in t)})")
+        ratios = [(f"{a} / {b}", median[b] / median[a], target) for a, b, target in (
+            ("fl-lightning K=2", "plain thread pool", "target ≥ 1.2"), ("fl-lightning K=2", "pool, channels_last", ""),
+            ("fl-lightning K=2", "fl-lightning K=1", "")) if a in median and b in median]
+        print("  " + "   ".join(f"{label}: {ratio:.3f}" + (f" ({target})" if target else "")
+                                for label, ratio, target in ratios))
+        if args.memory:
+            pss = memory(name, [label for label in ("plain loop", "plain thread pool", "fl-lightning K=1",
+                                                    "fl-lightning K=2") if not args.ways or label in args.ways])
+            print("  peak PSS (MiB, each way in a fresh process): " + ", ".join(f"{label} {mib:,.0f}"
+                                                                              for label, mib in pss.items()))
 
 
 if __name__ == "__main__":

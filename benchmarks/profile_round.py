@@ -9,6 +9,11 @@ time of the fl-lightning functions that took most. Profiling slows the host, so 
 above bench_gpu's; the shares are what to read.
 
     python benchmarks/profile_round.py [--device cuda] [--runner batched] [--algorithm fedavg] [--clients 10]
+    python benchmarks/profile_round.py --device cpu --setting cross-device --runner serial [--parallel-clients 2]
+
+``--setting cross-device`` profiles bench_parallel.py's cross-device round instead (1,000 clients × 50 images,
+50 a round, batch 10, its 2-conv CNN); with ``--parallel-clients 2`` the worker threads' ops are in the
+profile too, so the host times add up to more than the wall.
 """
 from __future__ import annotations
 
@@ -55,16 +60,22 @@ PHASES = {  # label: the function whose inclusive host time it is (file: functio
     "— minibatches drawn": "local_training.py: minibatches",
     "— uploads made (end of client)": "batched.py: _finish",
     "clients trained (serial)": "local_training.py: run_client",
+    "— local steps (serial)": "local_training.py: train_local",
+    "— minibatches drawn (serial)": "local_training.py: minibatches",
+    "— upload made (serial)": "local_training.py: end_client",
+    "clients handed back in order (threads)": "parallel.py: run",
+    "uploads summed": "messages.py: add",
     "server update": "loop.py: server_update",
 }
 
 
-def breakdown(x: torch.Tensor, y: torch.Tensor, accelerator: str, top: int = 12, **options) -> list[str]:
+def breakdown(x: torch.Tensor, y: torch.Tensor, accelerator: str, top: int = 12, fit_options=None,
+              **options) -> list[str]:
     """Markdown lines: wall, GPU busy and host waits; the round's phases; the ``top`` entries by self host time
     (fl-lightning's Python functions, excluding what they call, and the ops)."""
     device = x.device
     hook = ProfileSecondRound(device)
-    wall = fl_rounds(x, y, 2, accelerator=accelerator, callbacks=[hook], **options)[1]
+    wall = fl_rounds(x, y, 2, accelerator=accelerator, callbacks=[hook], **options, **(fit_options or {}))[1]
     inclusive: dict[str, float] = collections.Counter()
     own: dict[str, float] = collections.Counter()
     calls: dict[str, int] = collections.Counter()
@@ -106,12 +117,25 @@ def main() -> int:
     parser.add_argument("--algorithm", default="fedavg")
     parser.add_argument("--clients", type=int, default=bench_loop.CLIENTS)
     parser.add_argument("--top", type=int, default=12, help="functions listed")
+    parser.add_argument("--setting", default="paper-loop", choices=["paper-loop", "cross-device"],
+                        help="paper-loop: bench_loop's round (LeNet-5, --clients × 500, batch 50); cross-device: "
+                             "bench_parallel's (2-conv CNN, 1,000 × 50, 50 a round, batch 10)")
+    parser.add_argument("--parallel-clients", type=int, default=1, help="model.parallel_clients")
     args = parser.parse_args()
     quiet()
     device = torch.device(args.device)
-    x, y = (t.to(device) for t in make_data(args.clients))
-    print("\n".join(breakdown(x, y, "gpu" if device.type == "cuda" else "cpu", args.top,
-                              algorithm=args.algorithm, client_runner=args.runner)))
+    fit_options = {}
+    if args.setting == "cross-device":
+        import bench_parallel
+        setting = bench_parallel.Setting("cross-device")
+        x, y = setting.x.to(device), setting.y.to(device)
+        fit_options = dict(network=setting.network, per_client=setting.per_client, batch=setting.batch,
+                           per_round=setting.per_round)
+    else:
+        x, y = (t.to(device) for t in make_data(args.clients))
+    print("\n".join(breakdown(x, y, "gpu" if device.type == "cuda" else "cpu", args.top, fit_options,
+                              algorithm=args.algorithm, client_runner=args.runner,
+                              parallel_clients=args.parallel_clients)))
     return 0
 
 

@@ -370,9 +370,15 @@ class FederatedDataModule(pl.LightningDataModule):
         self.clients = self._client_data(training)
 
     def _client_data(self, client_indices: list[torch.Tensor]) -> ClientData:
+        """The clients' samples in client order: a view of the training inputs when the clients hold one run of
+        consecutive rows in order (no second copy of the data set), else a gathered copy."""
         order = torch.cat(client_indices)
         offsets = np.concatenate([[0], np.cumsum([len(i) for i in client_indices])]).tolist()
-        return ClientData(self.split.train_x[order], self.split.train_y[order], offsets, self.split.train_transform)
+        x = self.split.train_x
+        first = int(order[0]) if len(order) else 0
+        consecutive = len(order) > 0 and torch.equal(order, torch.arange(first, first + len(order), dtype=order.dtype))
+        x = x[first:first + len(order)] if consecutive else x[order]
+        return ClientData(x, self.split.train_y[order], offsets, self.split.train_transform)
 
     def histogram(self) -> torch.Tensor:
         """(M, C) per-client class counts (C = 0 for regression targets)."""
