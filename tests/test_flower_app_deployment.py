@@ -3,8 +3,11 @@
 with ``flwr run <app dir> local-deployment``. Its ServerApp (``AlgorithmStrategy``, FedBCGD N = 2) saves the same
 global model as ``fl-lightning fit`` of the same settings, bit for bit. (Flower's simulation engine needs Ray, which
 is not installed here.) Every process is stopped at the end, also on a failure or timeout."""
+import os
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -29,6 +32,47 @@ class UserAppNodes(LocalFederation):
 
     def node_config(self, partition: int) -> str:
         return f"partition-id={partition} num-partitions={self.nodes}"
+
+    def stop(self) -> None:
+        """The SuperLink's SuperExec runs in a session of its own (and the ServerApp under it): they watch their
+        parent's pid and exit after it; any still alive 15 s later is killed here, by its pid."""
+        spawned = [pid for process in self.processes.values() for pid in descendants(process.pid)]
+        super().stop()
+        self.left_over = alive(spawned, wait_s=15.0)
+        for pid in self.left_over:
+            os.kill(pid, signal.SIGKILL)
+
+
+def descendants(root: int) -> list[int]:
+    """Every process under ``root`` (by parent pid, whatever its session)."""
+    children: dict[int, list[int]] = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def alive(pids: list[int], wait_s: float) -> list[int]:
+    def running(pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    deadline = time.monotonic() + wait_s
+    while any(running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return [p for p in pids if running(p)]
 
 
 def fit_model(rounds: int, clients: int) -> dict:
@@ -81,5 +125,6 @@ def test_the_flower_app_under_flwr_run_on_a_superlink_ends_with_the_fits_model(t
     for key, value in want.items():
         assert torch.equal(final[key], value), (key, (final[key] - value).abs().max())
     assert len(started) == 1 + NODES and all(p.poll() is not None for p in started)  # all stopped
+    assert nodes.left_over == []  # and every process Flower started under them (SuperExecs, ServerApp, ClientApps)
     assert "\n# [tool.flwr.federations.local-deployment]" in pyproject.read_text()  # Flower moved it to FLWR_HOME
     assert "\n[tool.flwr.federations.local-deployment]" in (REPO / "examples/flower_app/pyproject.toml").read_text()
