@@ -1,5 +1,6 @@
 """flower-app: a Flower app (as ``flwr new`` makes them) federating a Lightning module with fl-lightning's algorithms.
 
-Flower wants the app directory named with letters, digits and hyphens: ``cp -r examples/flower_app my-app`` then
-``flwr run my-app`` (simulation needs Ray: ``pip install 'flwr[simulation]'``); docs/callbacks_outside_fl_lightning.md.
+Run a copy (``flwr run`` rewrites the pyproject's federations): ``cp -r examples/flower_app my-app``, then on a
+SuperLink with one SuperNode per partition ``flwr run my-app local-deployment --stream``, or in Flower's simulation
+(needs Ray: ``pip install 'flwr[simulation]'``) ``flwr run my-app``; docs/callbacks_outside_fl_lightning.md.
 """
