@@ -150,7 +150,9 @@ def refuse_clashes(parts: Parts, fit: Fit) -> None:
 
 
 def _built(choice: Choice, fit: Fit, *leading):
-    return choice.instance if choice.instance is not None else choice.cls.from_fit(*leading, fit, **choice.options)
+    if choice.instance is not None:  # an object: a runner is attached to the loop's trainer (leading)
+        return choice.instance.attach(*leading) if leading else choice.instance
+    return choice.cls.from_fit(*leading, fit, **choice.options)
 
 
 def round_parts(parts: Parts, fit: Fit) -> tuple[Sampler, RoundSchedule]:
@@ -200,7 +202,10 @@ def check_before_fit(module, num_clients: int) -> None:
 
 
 def chosen_runner(module, fit: Optional[Fit]) -> Callable[[LocalTrainer], ClientRunner]:
-    """The fit's runner: the one a callback hands over as an object (deploy's ``FlowerClients``: its SuperNodes),
-    else the options' choice."""
-    brought = [cb.client_runner for cb in module.trainer.callbacks if hasattr(cb, "client_runner")]
-    return brought[0] if brought else runner_for(module.parts.runner, fit)
+    """The fit's runner: a ClientRunner object a Lightning callback hands over as its ``client_runner`` (deploy's
+    ``FlowerClients``: the SuperNodes), else the options' choice."""
+    brought = [cb.client_runner for cb in module.trainer.callbacks
+               if isinstance(getattr(cb, "client_runner", None), ClientRunner)]
+    if brought:
+        return brought[0].attach
+    return runner_for(module.parts.runner, fit)

@@ -23,7 +23,6 @@ from pytorch_lightning.utilities import rank_zero_warn
 from fl_lightning.deploy import messages, wire
 from fl_lightning.deploy.join import Membership
 from fl_lightning.federation.contexts import ClientContext, RoundContext
-from fl_lightning.federation.local_training import LocalTrainer
 from fl_lightning.federation.seams import ClientRunner
 from fl_lightning.federation.user_module import RecordedLogs
 from fl_lightning.runs.files import run_folder
@@ -41,18 +40,14 @@ class SentBytes:
 
 
 class RemoteClients(ClientRunner):
-    """Sends the round's tasks to the nodes and rebuilds their clients (module docstring); ``attach`` gives it the
-    loop's LocalTrainer (the global model, the callbacks' states, the round's optimizer settings)."""
+    """Sends the round's tasks to the nodes and rebuilds their clients (module docstring); ``attach`` (ClientRunner's)
+    gives it the loop's LocalTrainer (the global model, the callbacks' states, the round's optimizer settings)."""
 
     def __init__(self, membership: Membership, round_timeout: float):
         self.membership, self.round_timeout = membership, round_timeout
         self.trainer = None
         self.rows: list[dict] = []
         self.aggregated: dict[int, int] = {}  # client → the last round whose upload was aggregated (its node commits)
-
-    def attach(self, trainer: LocalTrainer) -> "RemoteClients":
-        self.trainer = trainer
-        return self
 
     def _request(self, plan: RoundContext, position: int) -> bytes:
         loop = self.trainer
@@ -121,7 +116,7 @@ class RemoteClients(ClientRunner):
 
 
 class FlowerClients(pl.Callback):
-    """Brings the fit's ClientRunner, the SuperNodes that joined (the ServerApp passes it to the fit:
+    """Hands the fit its ClientRunner as an object (``client_runner``), the SuperNodes that joined (the ServerApp passes it to the fit:
     fl_lightning.deploy.server_app), and writes ``flower.csv``; its checkpointed state is which round of each
     client was aggregated, for the nodes' commits after a resume.
     ``deployment`` names the run's label (``...,seed=0,deployed=flower``): not the simulation's folder."""
@@ -130,16 +125,13 @@ class FlowerClients(pl.Callback):
 
     def __init__(self, clients: RemoteClients):
         self.clients = clients
+        self.client_runner = clients  # handed over as an object (fl_lightning.assembly.connector.chosen_runner)
 
     def state_dict(self) -> dict:
         return {"aggregated": {str(k): v for k, v in self.clients.aggregated.items()}}
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.clients.aggregated.update({int(k): int(v) for k, v in state_dict.get("aggregated", {}).items()})
-
-    def client_runner(self, trainer: LocalTrainer) -> RemoteClients:
-        """The fit's ClientRunner (fl_lightning.assembly.session asks its callbacks for one)."""
-        return self.clients.attach(trainer)
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         if not trainer.is_global_zero:

@@ -140,6 +140,12 @@ class ClientRunner(Part):
         ``model.client_runner`` (default: none); asked before the fit's first round."""
         return None
 
+    def attach(self, trainer: LocalTrainer) -> "ClientRunner":
+        """A runner given as an object (``model.client_runner`` from Python, or a callback's ``client_runner``) trains
+        on the loop's trainer from here on."""
+        self.trainer = trainer
+        return self
+
     def run(self, positions: list[int], plan: RoundContext) -> Iterator[Trained]:
         raise NotImplementedError
 
