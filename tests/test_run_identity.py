@@ -1,5 +1,6 @@
 """A run's identity: callbacks that change numbers are part of it, paths are not, W&B resumes
 the same run, and the kept runs under docs/runs/ carry the ids their configs give."""
+import csv
 import glob
 import importlib.util
 import os
@@ -184,3 +185,22 @@ def test_a_label_of_many_options_is_capped_and_keeps_the_seed_and_the_run_id():
     label = run_label(config, "fedbcgd", args)
     assert label == f"fedbcgd,lr=0.05,batch_size=32,local_epochs=3,seed=2,{run_id(config)}" and len(label) <= 80
     assert run_label(config, "fedbcgd", args[:4]) == "fedbcgd,lr=0.05,batch_size=32,seed=2"  # short: as it was
+
+
+def test_a_logger_name_given_keeps_the_label_level_resumes_there_and_reports(capsys):
+    """``--trainer.logger.init_args.name X``: ``runs/X/<label>/version_0``, as without it; ``--ckpt_path last`` finds
+    it there; report reads it; a given version sits under the label too."""
+    mine = ["--trainer.logger.init_args.name", "mine"]
+    assert fit("--trainer.max_epochs", "2", *mine) == 0
+    assert fit("--trainer.max_epochs", "2", "--model.lr", "0.05", *mine) == 0
+    assert sorted(os.listdir("runs/mine")) == ["fedavg,lr=0.05,seed=0", "fedavg,seed=0"]
+    capsys.readouterr()
+    assert fit("--trainer.max_epochs", "3", "--ckpt_path", "last", *mine) == 0
+    assert "resuming from runs/mine/fedavg,seed=0/version_0/checkpoints/epoch=1-" in capsys.readouterr().out
+    assert os.listdir("runs/mine/fedavg,seed=0") == ["version_0"]
+    with open("runs/mine/fedavg,seed=0/version_0/metrics.csv") as f:
+        assert [row["round"] for row in csv.DictReader(f)] == ["1.0", "2.0", "3.0"]
+    assert main(["report", "runs/mine", "--target", "0.05", "--out", "table"]) == 0
+    assert "2 runs in 2 groups" in capsys.readouterr().out
+    assert fit("--trainer.max_epochs", "1", *mine, "--trainer.logger.init_args.version", "first") == 0
+    assert os.path.isfile("runs/mine/fedavg,seed=0/first/metrics.csv")

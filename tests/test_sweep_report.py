@@ -59,9 +59,9 @@ def test_sweep_runs_skips_finished_resumes_interrupted_and_reports(capsys):
         (runs / ".sweep" / f"seed_everything={seed}.done").unlink()
     assert main([*sweep, "--trainer.max_epochs", "3"]) == 0  # each resumes from its checkpoint: only round 3 runs
     resumed = runs / "seed_everything=1"
-    with open(resumed / "version_0" / "metrics.csv") as f:  # resumed in its checkpoint's folder
+    with open(resumed / "fedavgm,seed=1" / "version_0" / "metrics.csv") as f:  # resumed in its checkpoint's folder
         assert [row["round"] for row in csv.DictReader(f)] == ["1.0", "2.0", "3.0"]
-    assert [r["round"] for r in read_curve(pieces(resumed))] == [1.0, 2.0, 3.0]  # the versions joined into one curve
+    assert [r["round"] for r in read_curve(pieces(resumed / "fedavgm,seed=1"))] == [1.0, 2.0, 3.0]  # the versions joined into one curve
 
     capsys.readouterr()
     assert main(["report", "runs/quickstart", "--target", "0.2", "--out", "out/table"]) == 0
@@ -69,7 +69,7 @@ def test_sweep_runs_skips_finished_resumes_interrupted_and_reports(capsys):
     assert "2 runs in 1 groups" in out  # runs differing only in the seed form one group
     with open("out/table.csv") as f:
         (row,) = list(csv.DictReader(f))
-    finals = [read_curve(pieces(runs / f"seed_everything={s}"))[-1]["val/acc"] for s in (0, 1)]
+    finals = [read_curve(pieces(runs / f"seed_everything={s}" / f"fedavgm,seed={s}"))[-1]["val/acc"] for s in (0, 1)]
     assert row["seeds"] == "2" and float(row["final_val_acc"]) == pytest.approx(statistics.fmean(finals))
     assert float(row["final_val_acc_std"]) == pytest.approx(statistics.stdev(finals))
     assert all(Path(f"out/table.{ext}").is_file() for ext in ("md", "tex", "png"))
@@ -137,7 +137,7 @@ def test_kept_runs_outlive_the_run_directory_and_a_sweep_skips_them(capsys):
         f"seed_everything={s}/{name}" for s in (0, 1) for name in (".kept", "version_0/config.yaml",
                                                                    "version_0/metrics.csv")]
     for seed in (0, 1):
-        run = Path(f"runs/quickstart/seed_everything={seed}/version_0")
+        run = Path(f"runs/quickstart/seed_everything={seed}/fedavgm,seed={seed}/version_0")  # kept flat
         assert (kept / f"seed_everything={seed}/version_0/metrics.csv").read_bytes() == (run / "metrics.csv").read_bytes()
     capsys.readouterr()
     assert main(["report", "runs/quickstart", "--target", "0.2", "--out", "out/runs"]) == 0

@@ -39,12 +39,13 @@ from fl_lightning.module_options import SYSTEM_KEYS, check_trainer, system_specs
 from fl_lightning.cli.options import moved
 from fl_lightning.cli.messages import plain_message
 from fl_lightning.cli.quiet import quiet_lightning
-from fl_lightning.runs.identity import ID_LINE, TAKES_EFFECT_AT_RESUME, names_its_logger, run_id, run_label
+from fl_lightning.runs.identity import ID_LINE, TAKES_EFFECT_AT_RESUME, run_id, run_label
 from fl_lightning.runs.resumed_folder import continue_in_checkpoint_folder, go_on_in
 from fl_lightning.models.sizing import size_network_by_data
 from fl_lightning.module import FederatedModule
 from fl_lightning.runs.defaults import TRAINER_DEFAULTS
-from fl_lightning.runs.files import DropsEmptyRunFolder, run_dirs
+from fl_lightning.runs.files import run_dirs
+from fl_lightning.runs.leftovers import DropsEmptyRunFolder, drop_leftovers
 from fl_lightning.runs.progress import RoundProgressBar
 from fl_lightning.federation.threads import Threads, record_line
 from fl_lightning.runs.python_api import summary
@@ -267,11 +268,10 @@ class FederatedCLI(LightningCLI):
                         check_unchanged(field, now, before)
 
     def name_the_run(self, config) -> None:
-        """The run's id, and its directory ``<name>/<label>`` for CSV/TensorBoard loggers (fl_lightning.runs.identity)."""
+        """The run's id, and its directory ``<name>/<label>`` for CSV/TensorBoard loggers, whatever their name
+        (fl_lightning.runs.identity)."""
         settings = config.clone().as_dict()
         self.run_id = run_id(settings)
-        if names_its_logger(self._given_args):
-            return
         label = run_label(settings, algorithm_name(settings["model"].get("algorithm"),
                                                    settings["model"].get("compression")), self._given_args)
         if self.config.subcommand != "fit":
@@ -300,6 +300,8 @@ class FederatedCLI(LightningCLI):
 
     def before_fit(self) -> None:
         self._check()
+        for folder in drop_leftovers(self.trainer, self.run_id):  # once every check passed, before a folder is picked
+            print(f"fl-lightning: removed {folder}: a fit of this run stopped there before its first round")
         go_on_in(self.trainer, *getattr(self, "resumed_in", (None, 0)))  # a resumed run, in its checkpoint's folder
         self.model.run_id = self.run_id
         self.model.prints_summary = False  # after_fit prints it, also for ddp_spawn

@@ -4,7 +4,8 @@
         [--jobs J] [--threads T] [--print] [any fit option ...]
 
 Every combination becomes one ``fl-lightning fit`` run whose logger name is
-``<the config's logger name>/<key=value,...>`` (one run directory each). J runs at a time share
+``<the config's logger name>/<key=value,...>``, in its run folder ``<key=value,...>/<label>/version_N`` (the label
+as every fit's: ``fedavg,seed=0``; fl_lightning.runs.identity). J runs at a time share
 the CPU threads (each gets cores // J, or ``--threads``). A run that finished leaves a marker in
 ``<save_dir>/<name>/.sweep/`` and is skipped next time; an interrupted one resumes from its newest
 checkpoint (``--ckpt_path last``), so a killed sweep picks up where it stopped. ``--print`` only
@@ -173,7 +174,7 @@ def main(args: list[str]) -> int:
     grid, jobs, threads, print_only, keep, rest = parse(args)
     check_option_names(rest)
     save_dir, name = logger_place(rest)
-    root = Path(save_dir) / name  # the runs' own folders: root/<grid values>/version_N
+    root = Path(save_dir) / name  # the runs' own folders: root/<grid values>/<label>/version_N
     markers = root / ".sweep"
     runs = []
     swept = next((choices for key, choices in grid if key == "model.algorithm"), [])

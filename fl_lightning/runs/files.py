@@ -10,9 +10,7 @@ a CSVLogger still keeps metrics.csv (the CSVLogger's columns) in its first logge
 from __future__ import annotations
 
 import csv
-import glob
 import os
-import shutil
 from typing import Optional
 
 import pytorch_lightning as pl
@@ -112,18 +110,3 @@ def append_rows(run_dirs: list[str], name: str, columns: tuple, rows: list[dict]
             if new:
                 writer.writeheader()
             writer.writerows(rows)
-
-
-class DropsEmptyRunFolder(pl.Callback):
-    """A fit stopped by Ctrl-C before it logged a round or wrote a checkpoint leaves no run folder behind (its
-    config.yaml and partition.csv only): the next fit of the run takes that version_N again, not the next one."""
-
-    def on_exception(self, trainer: pl.Trainer, pl_module, exception: BaseException) -> None:
-        if not isinstance(exception, KeyboardInterrupt) or not trainer.is_global_zero:
-            return
-        for logger in trainer.loggers:
-            folder = run_folder(logger)
-            metrics = os.path.join(folder, "metrics.csv")
-            logged = os.path.exists(metrics) and sum(1 for _ in open(metrics)) > 1
-            if os.path.isdir(folder) and not logged and not glob.glob(os.path.join(folder, "checkpoints", "*")):
-                shutil.rmtree(folder, ignore_errors=True)

@@ -16,8 +16,9 @@ that ``--ckpt_path last`` resumes only the same run and ``report`` joins the ver
 one run and nothing else. The directory a run logs to is ``<save_dir>/<name>/<label>/version_N``:
 the label names the algorithm, the callbacks that change numbers, every model/data option the
 command line set, the seed and where it ran if not simulated (``fedavg+proximal,mu=0.1,seed=0``,
-``fedavg,seed=0,deployed=flower``; past 80 characters the first options, the seed and the run id), unless the command gives the
-logger its name itself (``--trainer.logger.init_args.name``, as ``sweep`` does).
+``fedavg,seed=0,deployed=flower``; past 80 characters the first options, the seed and the run id), under any
+logger name (``--trainer.logger.init_args.name X``: ``X/<label>/version_N``, as ``sweep``'s runs) and any version
+the command gives (``X/<label>/<version>``).
 """
 from __future__ import annotations
 
@@ -44,7 +45,6 @@ DATA_LOCATION = {"root", "cache_dir", "download"}
 TRAINER_ARITHMETIC = {"precision": ("32-true", "32", 32, None), "accumulate_grad_batches": (1, None),
                       "gradient_clip_val": (0, 0.0, None), "gradient_clip_algorithm": (None, "norm")}
 ID_LINE = "# fl-lightning run id: "
-NAME_OPTIONS = ("--trainer.logger.init_args.name", "--trainer.logger.name")
 MAX_LABEL = 80  # a longer label keeps its first options, the seed and the run id (every setting is in config.yaml)
 
 
@@ -193,11 +193,6 @@ def run_label(config: dict, algorithm: str, args: list[str]) -> str:
         return label
     head = ",".join(parts + options)[:MAX_LABEL - 32].rsplit(",", 1)[0]  # whole options only; config.yaml has all
     return ",".join([head, *seed, *deployed, run_id(config)])
-
-
-def names_its_logger(args: list[str]) -> bool:
-    """The command gives the logger's name itself (then the run directory is exactly that)."""
-    return any(arg == option or arg.startswith(option + "=") for arg in args for option in NAME_OPTIONS)
 
 
 def read_run_id(config_yaml: Path) -> Optional[str]:

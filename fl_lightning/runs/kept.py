@@ -32,7 +32,11 @@ def _limit(value) -> float:
 
 
 def _versions(run_dir: Path) -> list[Path]:
-    return sorted((p for p in run_dir.glob("version_*") if (p / "config.yaml").is_file()), key=version_number)
+    """The version_N pieces of a grid point: in ``run_dir`` itself (kept copies) or in its run folder
+    ``run_dir/<label>/`` (a fit's, fl_lightning.runs.identity), oldest first."""
+    found = [*run_dir.glob("version_*"), *run_dir.glob("*/version_*")]
+    return sorted((p for p in found if (p / "config.yaml").is_file()),
+                  key=lambda p: (version_number(p), (p / "config.yaml").stat().st_mtime))
 
 
 def is_run_of(run_dir: Path, config: dict) -> bool:
@@ -61,8 +65,9 @@ def serves(kept: Path, config: dict) -> Optional[str]:
 
 
 def keep(run_dir: Path, kept: Path, work: Path) -> None:
-    """Copies version_N/{metrics.csv, config.yaml} of ``run_dir`` — the versions of its newest run id, which a
-    resumed run spans — to ``kept``, built in ``work`` first and swapped in by renames (never half a run)."""
+    """Copies version_N/{metrics.csv, config.yaml} of ``run_dir`` (or of its run folder ``run_dir/<label>``) — the
+    versions of its newest run id, which a resumed run spans — to ``kept``, built in ``work`` first and swapped in
+    by renames (never half a run)."""
     versions = _versions(run_dir)
     if not versions:
         raise ConfigError("sweep --keep", f"{run_dir} has no version_N/config.yaml to keep; the runs need a CSV "
@@ -73,7 +78,7 @@ def keep(run_dir: Path, kept: Path, work: Path) -> None:
         shutil.rmtree(stale, ignore_errors=True)
     for version in versions:
         if version_id(version) == newest:
-            (partial / version.name).mkdir(parents=True)
+            (partial / version.name).mkdir(parents=True, exist_ok=True)  # the same version_N in two label folders: the newer
             for name in KEPT_FILES:
                 if (version / name).is_file():
                     shutil.copyfile(version / name, partial / version.name / name)

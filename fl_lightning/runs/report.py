@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import os
 import statistics
 from pathlib import Path
 from typing import Optional
@@ -103,14 +104,27 @@ def setting_label(key: str, value) -> str:
     return f"{key.split('.')[-1]}={value}"
 
 
+def without_seed(name: str) -> str:
+    """A folder's name less its seed (``seed_everything=N`` of a sweep, ``seed=N`` of a fit's label)."""
+    return ",".join(p for p in name.split(",") if not p.startswith(("seed_everything=", "seed=")))
+
+
+def place(run: Path) -> str:
+    """The nearest folder above a run's that says more than a seed (``quickstart`` of
+    ``runs/quickstart/seed_everything=0/fedavg,seed=0``)."""
+    return next((without_seed(p.name) for p in run.parents if without_seed(p.name)), run.parent.name)
+
+
 def group_runs(runs: dict[Path, Optional[dict]], by_dir: bool = False) -> dict[str, list[Path]]:
     """Label → runs: the settings that differ between runs (the seed and logging aside), or with
-    ``by_dir`` the run directory's name without its seed (``seed_everything=N``)."""
+    ``by_dir`` the run's folders below the runs' common folder, less their seeds (``seed_everything=N``,
+    ``seed=N``): ``X/<label>`` of a fit named X (runs/X/<label>/version_N)."""
     if by_dir:
         groups: dict[str, list[Path]] = {}
+        root = Path(os.path.commonpath([str(run.resolve().parent) for run in runs])) if runs else Path(".")
         for run in runs:
-            name = ",".join(p for p in run.name.split(",") if not p.startswith("seed_everything=")) or run.name
-            groups.setdefault(name, []).append(run)
+            parts = [without_seed(part) for part in run.resolve().relative_to(root).parts]
+            groups.setdefault("/".join(part for part in parts if part) or run.name, []).append(run)
         return groups
     keys = set()
     for settings in runs.values():
@@ -131,7 +145,7 @@ def group_runs(runs: dict[Path, Optional[dict]], by_dir: bool = False) -> dict[s
                 owner = ".".join(key.split(".")[:2])
                 if key.count(".") > 1 and not any(k.startswith(owner + ".") and v is not None for k, v in settings.items()):
                     parts += [] if f"{owner.split('.')[-1]}=none" in parts else [f"{owner.split('.')[-1]}=none"]
-            label = ", ".join(parts) or run.parent.name
+            label = ", ".join(parts) or place(run)
         groups.setdefault(label, []).append(run)
     return groups
 
