@@ -183,6 +183,8 @@ class ClientPool(ClientRunner):
             if position is not None:
                 pending.append((position, self._executor.submit(self._train, plan.clients[position], plan)))
 
+        torch.set_num_threads(self.threads_each)  # the main thread's own ops while the workers train (the uploads
+        # summed as they arrive) take one worker's share of cores: at T > 1 they would wake a team of T threads
         try:
             with isolated_rng(self.main.flat.device):  # the workers seed the global generators; no one draws
                 for _ in range(2 * self.parallel_clients):
