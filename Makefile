@@ -11,7 +11,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	@echo "fl-lightning: installing into $(VENV) (torch, Lightning and their dependencies: a few minutes the first time)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --disable-pip-version-check --progress-bar on -e '.[dev,flower]'
+	$(BIN)/python -m pip install --disable-pip-version-check --progress-bar on -e '.[dev,flower,simulation]'
 	touch $(STAMP)
 
 run: $(STAMP)
