@@ -34,8 +34,17 @@ def bases(kind: str) -> tuple[type, ...]:
     return tuple(found)
 
 
+_LIGHTNING_TYPES: dict[type, bool] = {}  # type → whether it is a LightningModule of either namespace
+
+
 def is_lightning_module(obj) -> bool:
-    return isinstance(obj, bases("LightningModule"))
+    """Asked once per class (the loss asks it every local step): a class's answer cannot change later, as a
+    namespace imported afterwards has no subclasses among the classes made before it."""
+    kind = type(obj)
+    answer = _LIGHTNING_TYPES.get(kind)
+    if answer is None:
+        answer = _LIGHTNING_TYPES[kind] = isinstance(obj, bases("LightningModule"))
+    return answer
 
 
 def lightning_base(obj) -> Optional[type]:
