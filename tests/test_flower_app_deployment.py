@@ -1,8 +1,8 @@
 """examples/flower_app under real Flower, as a user runs it: a SuperLink and one SuperNode per partition on loopback
 (127.0.0.1 ports only, insecure), Flower's own ClientApp processes (``--isolation subprocess``), the app submitted
 with ``flwr run <app dir> local-deployment``. Its ServerApp (``AlgorithmStrategy``, FedBCGD N = 2) saves the same
-global model as ``fl-lightning fit`` of the same settings, bit for bit. (Flower's simulation engine needs Ray, which
-is not installed here.) Every process is stopped at the end, also on a failure or timeout."""
+global model as ``fl-lightning fit`` of the same settings, bit for bit. (Flower's simulation engine, with Ray:
+tests/test_flower_app_simulation.py.) Every process is stopped at the end, also on a failure or timeout."""
 import os
 import shutil
 import signal

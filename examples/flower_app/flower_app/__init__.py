@@ -2,5 +2,6 @@
 
 Run a copy (``flwr run`` rewrites the pyproject's federations): ``cp -r examples/flower_app my-app``, then on a
 SuperLink with one SuperNode per partition ``flwr run my-app local-deployment --stream``, or in Flower's simulation
-(needs Ray: ``pip install 'flwr[simulation]'``) ``flwr run my-app``; docs/callbacks_outside_fl_lightning.md.
+(needs Ray: ``pip install 'flwr[simulation]'``; ``FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1``, as this environment
+has the dependencies) ``flwr run my-app local-simulation --stream``; docs/callbacks_outside_fl_lightning.md.
 """
