@@ -70,6 +70,7 @@ def test_the_flower_app_under_flwr_run_in_simulation_ends_with_the_fits_model(tm
            # else Flower `uv sync`s the app's dependencies into a fresh environment per run (fl-lightning is not
            # on an index; this environment already has them)
            "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
+    env.pop("RAY_ADDRESS", None)  # a Ray of its own, not a cluster this shell may point at
     overrides = (f"num-server-rounds={ROUNDS} num-clients={NODES} per-round={NODES} fraction-evaluate=0.0 "
                  f"save='{saved}'")
     try:
