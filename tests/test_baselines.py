@@ -43,7 +43,7 @@ def fit(name, algorithm):
 def test_report_adds_the_label_prior_local_and_the_gain_over_the_better():
     fit("local", "local")
     fit("fedavg", "fedavg")
-    with open("runs/local/version_0/metrics.csv") as f:
+    with open("runs/local/local,personal_fraction=0.25,seed=0/version_0/metrics.csv") as f:  # under the name given
         local_rows = [r for r in csv.DictReader(f)]
     assert float(local_rows[-1]["comm/upload_d"]) == 0  # Local sends nothing
     # the prior by hand: the quickstart's partition (digits, 20 clients, Dirichlet 0.5, seed 0), 25 % held out

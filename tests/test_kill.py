@@ -29,13 +29,13 @@ def command(name: str, *extra: str) -> list[str]:
 
 
 def checkpoints(name: str) -> list[str]:
-    return glob.glob(f"runs/{name}/*/checkpoints/*.ckpt")
+    return glob.glob(f"runs/{name}/*/*/checkpoints/*.ckpt")  # runs/<name>/<label>/version_N
 
 
 def rows_by_round(name: str) -> dict[str, list[dict]]:
     """Every complete row any version of the run wrote, by round, empty cells dropped."""
     found: dict[str, list[dict]] = {}
-    for path in sorted(glob.glob(f"runs/{name}/version_*/metrics.csv")):
+    for path in sorted(glob.glob(f"runs/{name}/*/version_*/metrics.csv")):
         with open(path) as f:
             for row in csv.DictReader(f):
                 if None in row.values() or None in row or not row.get("round"):
@@ -73,7 +73,7 @@ def test_sigkill_at_random_moments_then_resume_equals_the_uninterrupted_run(algo
         process.send_signal(signal.SIGKILL)
         process.wait()
         kills += 1
-    assert kills == KILLS and glob.glob("runs/killed/version_*") == ["runs/killed/version_0"]  # one folder, resumed
+    assert kills == KILLS and [p.split("/")[-1] for p in glob.glob("runs/killed/*/version_*")] == ["version_0"]  # one folder, resumed
 
     full = {round_: rows[0] for round_, rows in rows_by_round("full").items()}
     assert len(full) == ROUNDS

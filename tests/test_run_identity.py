@@ -189,7 +189,7 @@ def test_a_label_of_many_options_is_capped_and_keeps_the_seed_and_the_run_id():
 
 def test_a_logger_name_given_keeps_the_label_level_resumes_there_and_reports(capsys):
     """``--trainer.logger.init_args.name X``: ``runs/X/<label>/version_0``, as without it; ``--ckpt_path last`` finds
-    it there; report reads it; a given version sits under the label too."""
+    it there; report reads it; a version given names the run's folder itself (``runs/X/V``)."""
     mine = ["--trainer.logger.init_args.name", "mine"]
     assert fit("--trainer.max_epochs", "2", *mine) == 0
     assert fit("--trainer.max_epochs", "2", "--model.lr", "0.05", *mine) == 0
@@ -203,4 +203,4 @@ def test_a_logger_name_given_keeps_the_label_level_resumes_there_and_reports(cap
     assert main(["report", "runs/mine", "--target", "0.05", "--out", "table"]) == 0
     assert "2 runs in 2 groups" in capsys.readouterr().out
     assert fit("--trainer.max_epochs", "1", *mine, "--trainer.logger.init_args.version", "first") == 0
-    assert os.path.isfile("runs/mine/fedavg,seed=0/first/metrics.csv")
+    assert os.path.isfile("runs/mine/first/metrics.csv")

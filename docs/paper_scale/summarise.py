@@ -1,6 +1,6 @@
 """The table of docs/paper_scale/run.py's runs at equal upload budgets:
-python docs/paper_scale/summarise.py [RUNS_DIR] [--budgets 10,50] (RUNS_DIR holds <algorithm>_seed<s>/version_0/
-metrics.csv, e.g. OUT/rho0.1; default: the kept runs, docs/paper_scale/runs/rho0.1).
+python docs/paper_scale/summarise.py [RUNS_DIR] [--budgets 10,50] (RUNS_DIR holds <algorithm>_seed<s>/[<label>/]
+version_0/metrics.csv, e.g. OUT/rho0.1; default: the kept runs, docs/paper_scale/runs/rho0.1).
 
 A run's accuracy at b d is val/acc at the first round whose upload per sampled client (comm/upload_d) reached
 b d, the round model.eval_every_d evaluates (b a multiple of it); a run that stopped before b d, or was not
@@ -45,7 +45,7 @@ def cell(found: list[tuple[float, float]], runs: int, budget: float) -> str:
 
 def table(root: Path, budgets: list[float]) -> str:
     runs: dict[str, list[list[dict]]] = {}
-    for metrics in sorted(root.glob("*_seed*/version_*/metrics.csv")):
+    for metrics in sorted(root.glob("*_seed*/**/version_*/metrics.csv")):
         runs.setdefault(metrics.relative_to(root).parts[0].rsplit("_seed", 1)[0], []).append(curve(metrics))
     known = ALGORITHMS + tuple(ARMS)
     order = sorted(runs, key=lambda name: (known.index(name) if name in known else len(known), name))

@@ -2,7 +2,7 @@
 
     python docs/systems/summarise.py OUT/<setting> --target ACC [--budget SECONDS] [--out PREFIX]
 
-OUT/<setting> holds <mode>/<algorithm>,seed=<s>/version_0/metrics.csv (mode: wait, deadline, fedbuff). For each
+OUT/<setting> holds <mode>/<algorithm>,seed=<s>/[<label>/]version_0/metrics.csv (mode: wait, deadline, fedbuff). For each
 mode and algorithm, mean ± sample std over the seeds: upload per client per round (d), simulated seconds per
 round, time to target (first touch and sustained over 3 evaluations: fl_lightning.runs.report.floats_to_target,
 the same rule as `fl-lightning report`), floats to target, accuracy at a simulated-time budget and at the end.
@@ -49,7 +49,7 @@ def main() -> None:
                         help="simulated seconds (default: per mode, where its shortest run ended)")
     parser.add_argument("--out", default=None, help="figure prefix (default SETTING/summary)")
     options = parser.parse_args()
-    runs = {(mode, algo): [curve(p) for p in sorted(options.setting.glob(f"{mode}/{algo},seed=*/version_0/metrics.csv"))]
+    runs = {(mode, algo): [curve(p) for p in sorted(options.setting.glob(f"{mode}/{algo},seed=*/**/version_0/metrics.csv"))]
             for mode in MODES for algo in ALGORITHMS}
     runs = {key: curves for key, curves in runs.items() if curves}
     budgets = {mode: options.budget or min(c[-1]["time/sim_s"] for (m, _), cs in runs.items() if m == mode for c in cs)

@@ -268,8 +268,8 @@ class FederatedCLI(LightningCLI):
                         check_unchanged(field, now, before)
 
     def name_the_run(self, config) -> None:
-        """The run's id, and its directory ``<name>/<label>`` for CSV/TensorBoard loggers, whatever their name
-        (fl_lightning.runs.identity)."""
+        """The run's id, and its directory ``<name>/<label>`` for CSV/TensorBoard loggers, whatever their name,
+        unless the command or config gives their version (fl_lightning.runs.identity)."""
         settings = config.clone().as_dict()
         self.run_id = run_id(settings)
         label = run_label(settings, algorithm_name(settings["model"].get("algorithm"),
@@ -278,7 +278,8 @@ class FederatedCLI(LightningCLI):
             label = f"{label}/{self.config.subcommand}"
         loggers = (config.get("trainer") or {}).get("logger")
         for logger in loggers if isinstance(loggers, list) else [loggers]:
-            if getattr(logger, "class_path", "").rsplit(".", 1)[-1] in ("CSVLogger", "TensorBoardLogger"):
+            if getattr(logger, "class_path", "").rsplit(".", 1)[-1] in ("CSVLogger", "TensorBoardLogger") \
+                    and logger.init_args.get("version") is None:  # a version given names the run's folder itself
                 logger.init_args["name"] = f"{logger.init_args.get('name') or 'lightning_logs'}/{label}"
 
     def _check(self) -> None:  # the checkpoint was already read in _parse_ckpt_path

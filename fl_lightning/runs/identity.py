@@ -17,8 +17,8 @@ one run and nothing else. The directory a run logs to is ``<save_dir>/<name>/<la
 the label names the algorithm, the callbacks that change numbers, every model/data option the
 command line set, the seed and where it ran if not simulated (``fedavg+proximal,mu=0.1,seed=0``,
 ``fedavg,seed=0,deployed=flower``; past 80 characters the first options, the seed and the run id), under any
-logger name (``--trainer.logger.init_args.name X``: ``X/<label>/version_N``, as ``sweep``'s runs) and any version
-the command gives (``X/<label>/<version>``).
+logger name (``--trainer.logger.init_args.name X``: ``X/<label>/version_N``, as ``sweep``'s runs); a version
+the command or config gives (``--trainer.logger.init_args.version V``) names the run's folder itself: ``X/V``.
 """
 from __future__ import annotations
 
