@@ -157,8 +157,14 @@ def without_effect(key: str, settings: dict) -> bool:
 
 
 def with_epsilon(summaries: dict[str, list[dict]]) -> dict[str, str]:
-    """Label → label: a DP group's ends with the ε its runs reached (one per row: check_same_privacy)."""
-    return {label: f"{label}, ε={s[0]['final_epsilon']:.3g}" if "final_epsilon" in s[0] else label
+    """Label → label: a DP group's ends with the ε its runs reached; a group whose runs reached different ε keeps its
+    label (check_same_privacy then refuses it, naming that label)."""
+    def one_epsilon(runs: list[dict]) -> bool:
+        first = runs[0].get("final_epsilon")
+        return first is not None and all(math.isclose(r.get("final_epsilon", math.inf), first, rel_tol=1e-6)
+                                         for r in runs)
+
+    return {label: f"{label}, ε={s[0]['final_epsilon']:.3g}" if one_epsilon(s) else label
             for label, s in summaries.items()}
 
 
