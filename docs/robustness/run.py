@@ -21,7 +21,8 @@ ROOT = HERE.parents[1]
 DATA = ROOT.parent / "shared" / "data" / "cifar10-jpeg"
 CODE = Path(os.environ.get("FL_CODE", ROOT))  # the code the runs import (a snapshot: git archive HEAD | tar -x -C DIR)
 SCALES = {  # clients, images each, S, upload budget (d), seeds, malicious fractions, aggregators, attacks
-    "session": dict(clients=20, budget=3.0, seeds=[0], fractions=[0.2], aggregators=["mean", "median", "krum"],
+    "session": dict(clients=20, budget=10.0, seeds=[0], fractions=[0.2],
+                    aggregators=["mean", "median", "krum", "centered_clip"],
                     attacks=["none", "sign_flip", "alie", "label_flip"]),
     "full": dict(clients=100, budget=50.0, seeds=[0, 1, 2], fractions=[0.1, 0.2],
                  aggregators=["mean", "median", "trimmed_mean", "krum", "centered_clip"],
