@@ -15,10 +15,16 @@ from tests.test_cli import FL, QUICKSTART, QUIET
 RUN = "runs/quickstart/fedavgm,seed=0"
 
 
+def ctrl_c_delivered() -> None:
+    """In the child before it starts: SIGINT as a terminal delivers it. A shell runs background jobs with SIGINT
+    ignored, and Python keeps an ignored SIGINT ignored, so under a backgrounded test run Ctrl-C would never arrive."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_in_round_1_leaves_no_run_folder():
     slow = ["--model.local_epochs", "400", "--trainer.max_epochs", "2"]  # round 1 takes many seconds
     fit = subprocess.Popen([FL, "fit", "--config", QUICKSTART, *QUIET, *slow], stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)
+                           stderr=subprocess.STDOUT, text=True, preexec_fn=ctrl_c_delivered)
     run, deadline = "runs/quickstart/fedavgm,local_epochs=400,seed=0", time.monotonic() + 60
     while not glob.glob(f"{run}/version_0/config.yaml") and time.monotonic() < deadline:
         time.sleep(0.1)
