@@ -5,7 +5,7 @@ Two settings, each on random tensors of the real shapes:
   cross-device: 1,000 clients × 50 images (3×32×32), 50 per round, batch 10, 1 epoch, a small 2-conv
                 CNN (conv 5×5 16 → pool → conv 5×5 32 → pool → fc 10, as bench_distributed.py);
   paper:        100 clients × 500 images (3×32×32), 10 per round, batch 50, 1 epoch, LeNet-5.
-Six ways to train a round, interleaved (``--repeats`` × 3 rounds each), medians:
+Six ways to train a round, interleaved (``--repeats`` × 3 rounds each; ``--ways`` picks some), medians:
   plain loop          one model, the process's threads, clients one after the other;
   plain thread pool   two clients at once, each on its own model copy with one intra-op thread, the
                       updates summed in client order (the strategy BlazeFL's trainer uses);
@@ -17,6 +17,9 @@ Six ways to train a round, interleaved (``--repeats`` × 3 rounds each), medians
                       a CLI fit does every round by default (what a side-by-side of whole runs sees).
 Target (both settings): K=2 ≥ 1.2× the plain thread pool's samples/s; peak PSS (``--memory``, each way
 in a fresh process) ≤ the plain thread pool's + 200 MiB.
+
+    .venv/bin/python benchmarks/bench_parallel.py --repeats 3 [--settings cross-device] [--memory]
+        [--ways "plain thread pool" "pool, channels_last" "fl-lightning K=2"]
 """
 from __future__ import annotations
 
