@@ -74,12 +74,10 @@ def test_training_transform_flips_about_half_and_resizes():
 
 
 def reduced_at(threads: int, images: torch.Tensor, reduce) -> tuple:
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    from fl_lightning.data.images import intra_op_threads
+
+    with intra_op_threads(threads):
         return reduce(images)
-    finally:
-        torch.set_num_threads(before)
 
 
 def float32_stats_at_the_process_threads(images: torch.Tensor) -> tuple:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from fl_lightning.data.images import intra_op_threads
 from fl_lightning.federation.threads import KERNELS_LINE
 from tests.layout_data import images_where_thread_count_changes_the_float32_mean, write_fashion_mnist
 from tests.test_thread_layouts import logged
@@ -66,10 +67,10 @@ def test_one_thread_per_client_gives_the_same_numbers_in_every_layout_on_native_
         assert torch.equal(weights, one_weights), name
     # the test can fail: on these images the float32 mean that normalised them differs at 1 and 2 threads
     pixels = images.float().div_(255.0)
-    torch.set_num_threads(2)
-    at_two = pixels.mean().item()
-    torch.set_num_threads(1)
-    assert pixels.mean().item() != at_two
+    with intra_op_threads(2):
+        at_two = pixels.mean().item()
+    with intra_op_threads(1):
+        assert pixels.mean().item() != at_two
     # config.yaml records the kernels each run had (the same in every layout) and where its count came from
     records = {name: open(glob.glob(f"{name}/**/config.yaml", recursive=True)[0]).read().splitlines()[1]
                for name in LAYOUTS}

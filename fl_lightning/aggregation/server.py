@@ -1,5 +1,5 @@
 """``RobustServer``: the FLCallback that brings a robust aggregator and/or an attack into a fit
-(docs/robustness.md). The loop asks it for the round's received uploads (``received_sums``: a
+(docs/robustness.md). The assembly hands the loop its ``received_sums`` (where a round's uploads go: a
 ``ReceivedUploads``), which it attacks (channel ``delta`` only, the malicious clients' rows of each group, from the
 honest rows of the same round and group) and aggregates per group. It draws the malicious clients once per run
 from the run seed, flips their labels for a data attack, logs ``attack/malicious_in_round`` and keeps a stateful

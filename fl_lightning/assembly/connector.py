@@ -30,6 +30,7 @@ from fl_lightning.callbacks import CompressedUpload, ControlVariates
 from fl_lightning.errors import ConfigError
 from fl_lightning.federation.hooks import FLCallback
 from fl_lightning.federation.local_training import LocalTrainer
+from fl_lightning.federation.messages import ReceivedSums
 from fl_lightning.federation.runners import RUNNERS
 from fl_lightning.federation.seams import SAMPLERS, SCHEDULES, ClientRunner, RoundSchedule, Sampler, SerialRunner
 from fl_lightning.personalization.evaluation import new_client_ids
@@ -179,6 +180,12 @@ def runner_for(choice: Choice, fit: Fit) -> Callable[[LocalTrainer], ClientRunne
         return _built(choice, fit, trainer)
 
     return build
+
+
+def received_for(module) -> Callable[..., ReceivedSums]:
+    """Where a round's uploads go: kept whole for ``model.aggregator``'s robust rule, else summed as they arrive."""
+    robust = getattr(module, "robust", None)
+    return robust.received_sums if robust is not None else ReceivedSums
 
 
 def fit_callbacks(module) -> list:

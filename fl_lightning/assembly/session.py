@@ -11,7 +11,7 @@ import torch
 from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.federation.client_state import open_store
 from fl_lightning.federation.loop import FederatedLoop, LocalConfig
-from fl_lightning.assembly.connector import chosen_runner, round_parts
+from fl_lightning.assembly.connector import chosen_runner, received_for, round_parts
 from fl_lightning.runs.files import run_folder
 from fl_lightning.personalization.evaluation import PersonalEvaluation
 
@@ -49,7 +49,7 @@ def start_rounds(module) -> None:
     module.loop = FederatedLoop(module.flat, clients, module.local_loss, local.optimizer, config, fl_callbacks,
                                 module.global_vector, server, module.client_state,
                                 trainer.precision_plugin.forward_context, module.blocks, module.collective,
-                                module._train_logs, sampler, runner, schedule)
+                                module._train_logs, sampler, runner, schedule, received_for(module))
     threads_each = module.loop.runner.threads_each
     if threads_each is not None and trainer.is_global_zero:
         print(f"fl-lightning: {hp.parallel_clients} clients at a time, {threads_each} intra-op "

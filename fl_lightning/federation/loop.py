@@ -100,6 +100,8 @@ class FederatedLoop:
         sampler: default: S of M clients, uniformly.
         runner: builds the ClientRunner from the loop's LocalTrainer (default: one client at a time).
         schedule: default: synchronous rounds.
+        received: makes where a round's uploads go, ``(channel sizes, device, ordered=)`` → ``ReceivedSums``:
+            summed as they arrive (the default), or kept whole for a robust rule (fl_lightning.aggregation).
     """
 
     def __init__(self, flat: FlatModel, clients: ClientData, loss_fn: Callable, optimizer: torch.optim.Optimizer,
@@ -108,7 +110,7 @@ class FederatedLoop:
                  blocks: Optional[BlockPartition] = None, collective: Optional[Collective] = None,
                  train_logs: Optional[LoggedValues] = None, sampler: Optional[Sampler] = None,
                  runner: Callable[[LocalTrainer], ClientRunner] = SerialRunner,
-                 schedule: Optional[RoundSchedule] = None):
+                 schedule: Optional[RoundSchedule] = None, received: Callable[..., ReceivedSums] = ReceivedSums):
         self.flat = flat
         self.blocks = blocks
         self.clients = clients
@@ -126,9 +128,7 @@ class FederatedLoop:
         self.sampler = sampler or UniformSampler(len(clients), config.clients_per_round)
         self.runner = runner(self.local_trainer)
         self.schedule = schedule or RoundSchedule()
-        # where a round's uploads go: summed as they arrive, or kept by a callback's own (fl_lightning.aggregation)
-        self.new_received = next((cb.received_sums for cb in self.callbacks if hasattr(cb, "received_sums")),
-                                 ReceivedSums)
+        self.new_received = received
 
     def _call(self, hook: str, context) -> None:
         call_hook(self.callbacks, hook, context)
