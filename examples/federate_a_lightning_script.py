@@ -14,6 +14,7 @@ the server then steps exactly as ``fl-lightning fit`` does, whose command for th
 """
 import argparse
 import ast
+import sys
 
 import lightning.pytorch as L
 import torch
@@ -24,6 +25,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from fl_lightning import FederatedDataModule  # + FL: the clients' shards (fl-lightning's partition of digits)
 from fl_lightning.assembly.outside import InProcessServer  # + FL
+from fl_lightning.errors import FLUserError
 
 NUM_CLIENTS, PER_ROUND, BATCH = 4, 4, 32
 
@@ -119,4 +121,8 @@ def parse(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    print(f"val_acc {main(**parse()):.4f}")
+    try:
+        print(f"val_acc {main(**parse()):.4f}")
+    except FLUserError as error:  # a mistake in the options: one line, exit 2
+        print(f"fl-lightning: error: {error}", file=sys.stderr)
+        sys.exit(2)

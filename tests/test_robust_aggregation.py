@@ -250,7 +250,7 @@ def test_the_default_keeps_the_streamed_sums_and_names_resolve():
     assert got.beta == 0.3
     got = resolve_aggregator({"class_path": "fl_lightning.aggregation.krum.Krum", "init_args": {"f": 2}})
     assert got.f == 2
-    with pytest.raises(ConfigError, match="unknown aggregator 'medain'; choose one of mean, median"):
+    with pytest.raises(ConfigError, match="unknown aggregator 'medain'; did you mean median\? choose one of mean, median"):
         resolve_aggregator("medain")
     with pytest.raises(ConfigError, match="model.aggregator.beta"):
         TrimmedMean(beta=0.5)

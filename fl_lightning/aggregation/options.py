@@ -21,7 +21,7 @@ def _by_name(registry, option: str, value, base: type):
         return registry[value["class_path"]](**(value.get("init_args") or {}))
     if isinstance(value, str) and "." not in value:
         if value not in registry:
-            raise ConfigError(option, f"unknown {registry.kind} {value!r}; choose one of {', '.join(registry)}")
+            raise registry.unknown(value, option)
         return registry[value]()
     return resolve_part(value, base, option, f"a {registry.kind} name ({', '.join(registry)}) or a class path",
                         from_name=lambda path: _import_part(path, base, option))
