@@ -1,5 +1,7 @@
 """The table of run_scaled.py's runs (markdown, to stdout): per partition and method, at equal rounds (the last)
-and at equal floats (pval at FedBCGD-personal's total floats), beside the label prior and Local.
+and at equal floats (pval at FedBCGD-personal's total floats), beside the label prior and Local; then the search's
+scores where OUT has a search. A method is shown with the value chosen.json picks; where that value has no
+finished run in OUT, with the earlier value's runs, labelled so.
 
   python docs/personalization/summarise_scaled.py OUT
 
@@ -41,24 +43,42 @@ def pval_at(rows: list[dict], budget: float) -> float:
     return within[-1]["pval/acc_mean"] if within else math.nan
 
 
+def finished_runs(part_dir: Path) -> dict[str, dict[str, dict[int, tuple[list[dict], Path]]]]:
+    """algorithm → setting ("head_epochs=5", "" for none) → seed → (rows, run folder), for the runs that ended."""
+    runs: dict = {}
+    for run in part_dir.iterdir():
+        alg, *settings, seed = run.name.split(",")
+        version = run / "version_0" if (run / "version_0").exists() else run
+        if not (version / "metrics.csv").exists():
+            continue
+        rows = read(version)
+        if any("test/acc" in r for r in rows) and any("pval/acc_mean" in r for r in rows):  # else still running
+            runs.setdefault(alg, {}).setdefault(",".join(settings), {})[int(seed.split("=")[1])] = (rows, version)
+    return runs
+
+
 def main(out: Path) -> None:
     scale = json.loads((out / "scale.json").read_text()) if (out / "scale.json").exists() else {}
     chosen = json.loads((out / "chosen.json").read_text()) if (out / "chosen.json").exists() else {}
-    print(f"Scale: **{scale.get('scale', '?')}**, {scale.get('rounds', '?')} rounds. Made by `{scale.get('command', '?')}`"
+    rounds = scale.get("rounds", "?")
+    if isinstance(rounds, dict):
+        rounds = ", ".join(f"{count} on {part}" for part, count in rounds.items())
+    print(f"Scale: **{scale.get('scale', '?')}**, rounds: {rounds}. Made by `{scale.get('command', '?')}`"
           f" then `python docs/personalization/summarise_scaled.py {out}`.\n")
     print("| partition | algorithm | hyper-parameter | seeds | pval mean (equal rounds) | pval p10 | pval at FedBCGD-p's "
           "floats | val/acc (global) | upload (d) | label prior mean (p10) | Local | gain over max(Local, prior) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for part_dir in sorted(p for p in (out / "runs").iterdir() if p.is_dir()):
-        part, runs = part_dir.name, {}
-        for run in part_dir.iterdir():
-            alg, seed = run.name.split(",")[0], int(run.name.rsplit("seed=", 1)[1])
-            version = run / "version_0" if (run / "version_0").exists() else run
-            if not (version / "metrics.csv").exists():  # still running, or failed before its first row
-                continue
-            rows = read(version)
-            if any("pval/acc_mean" in r for r in rows):
-                runs.setdefault(alg, {})[seed] = (rows, version)
+        part, runs, labels = part_dir.name, {}, {}
+        for alg, by_setting in finished_runs(part_dir).items():
+            hp = chosen.get(f"{part}/{alg}")
+            setting = f"{hp[0]}={hp[1]}" if hp else ""
+            if setting in by_setting:
+                runs[alg], labels[alg] = by_setting[setting], f"{hp[0]} = {hp[1]}" if hp else "—"
+            elif by_setting:  # the search's pick was not run at this scale: the earlier pick's runs, said so
+                earlier = sorted(by_setting)[0]
+                runs[alg] = by_setting[earlier]
+                labels[alg] = earlier.replace("=", " = ") + (f" (earlier pick; {hp[1]} not run here)" if hp else "")
         priors = {}
         for seed in {s for by_seed in runs.values() for s in by_seed}:
             rows, version = next(by_seed[seed] for by_seed in runs.values() if seed in by_seed)
@@ -74,8 +94,7 @@ def main(out: Path) -> None:
             last = {s: [r for r in runs[alg][s][0] if "pval/acc_mean" in r][-1] for s in seeds}
             vals = [[r["val/acc"] for r in runs[alg][s][0] if "val/acc" in r] for s in seeds]
             gain = [last[s]["pval/acc_mean"] - max(priors[s]["acc_mean"], local.get(s, -math.inf)) for s in seeds]
-            hp = chosen.get(f"{part}/{alg}")
-            print(f"| {part} | {alg} | {f'{hp[0]} = {hp[1]}' if hp else '—'} | {len(seeds)} | "
+            print(f"| {part} | {alg} | {labels[alg]} | {len(seeds)} | "
                   f"{cell([last[s]['pval/acc_mean'] for s in seeds])} | {cell([last[s]['pval/acc_p10'] for s in seeds])} | "
                   f"{cell([pval_at(runs[alg][s][0], budget) for s in seeds])} | "
                   f"{cell([v[-1] if v else math.nan for v in vals])} | "
@@ -84,6 +103,29 @@ def main(out: Path) -> None:
                   f"{cell([local[s] for s in seeds if s in local])} | {cell(gain)} |")
     print("\n(mean ± sample std over seeds; pval at FedBCGD-p's floats: each method's pval/acc_mean at the last "
           "per-client evaluation within FedBCGD-personal's total upload, – if it had none that early)")
+    search(out / "search")
+
+
+def search(root: Path) -> None:
+    """The search's table: each searched value's final pval/acc_mean (the kept one in bold)."""
+    if not root.is_dir():
+        return
+    print("\n| partition | algorithm | hyper-parameter | final pval/acc_mean of each searched value (seed 10) |")
+    print("|---|---|---|---|")
+    for part_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        scores: dict[tuple[str, str], list[tuple[float, float]]] = {}
+        for run in part_dir.iterdir():
+            if not (run / "metrics.csv").exists():  # still running
+                continue
+            alg, setting = run.name.split(",")[:2]
+            option, value = setting.split("=")
+            rows = [r for r in read(run) if "pval/acc_mean" in r]
+            scores.setdefault((alg, option), []).append((float(value), rows[-1]["pval/acc_mean"] if rows else math.nan))
+        for (alg, option), points in sorted(scores.items(), key=lambda item: ORDER.index(item[0][0])):
+            points.sort()
+            best = max(score for _, score in points)
+            cells = [f"**{v:g}: {score:.4f}**" if score == best else f"{v:g}: {score:.4f}" for v, score in points]
+            print(f"| {part_dir.name} | {alg} | {option} | {', '.join(cells)} |")
 
 
 if __name__ == "__main__":
