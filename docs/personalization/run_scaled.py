@@ -154,8 +154,10 @@ def main() -> int:
             scores = [final_pval(args.out / "search" / part / f"{alg},{option}={v},seed={SEARCH_SEED}")
                       for v in values]
             chosen[(part, alg)] = (option, values[scores.index(max(scores))])
-    if not args.dry_run:
-        (args.out / "chosen.json").write_text(json.dumps({f"{p}/{a}": list(v) for (p, a), v in chosen.items()}))
+    if not args.dry_run:  # merged into OUT's earlier picks: a run of some partitions keeps the others'
+        path = args.out / "chosen.json"
+        kept = json.loads(path.read_text()) if path.exists() else {}
+        path.write_text(json.dumps(kept | {f"{p}/{a}": list(v) for (p, a), v in chosen.items()}))
     if args.search_only:
         return 1 if failed else 0
     # longest partitions first; among partitions of as many rounds, seed-major (seed 0 of each, then seed 1, ...):
