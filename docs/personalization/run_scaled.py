@@ -77,6 +77,12 @@ def final_pval(run: Path) -> float:
     return float(rows[-1]["pval/acc_mean"]) if rows else float("-inf")
 
 
+def earlier(path: Path) -> dict:
+    """What an earlier run into OUT recorded in ``path`` (scale.json, chosen.json): a run of some partitions merges
+    into it instead of dropping the others'."""
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
 def finished(cmd: list[str]) -> bool:
     """Whether the fit ``cmd`` names already ran to its end (its test/acc row is logged): it is not run again."""
     run = Path(cmd[cmd.index("--trainer.logger.init_args.save_dir") + 1], cmd[-3], cmd[-1])
@@ -88,10 +94,10 @@ def finished(cmd: list[str]) -> bool:
 
 def run_all(commands: list[list[str]], jobs: int) -> list[str]:
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    kept = [cmd for cmd in commands if finished(cmd)]
-    if kept:
-        print(f"  {len(kept)} fits already finished in OUT, not run again", flush=True)
-    commands = [cmd for cmd in commands if cmd not in kept]
+    todo = [cmd for cmd in commands if not finished(cmd)]
+    if len(todo) < len(commands):
+        print(f"  {len(commands) - len(todo)} fits already finished in OUT, not run again", flush=True)
+    commands = todo
 
     def one(cmd):
         started = time.time()
@@ -134,8 +140,12 @@ def main() -> int:
           f"{sum(c for _, c in fits)} fits; expected ~{estimate / 60:.0f} min with --jobs {args.jobs}", flush=True)
     if not args.dry_run:  # a dry run prints the commands and writes nothing (it must not relabel a finished run)
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "scale.json").write_text(json.dumps({"scale": "pilot" if args.pilot else args.scale, "rounds": rounds,
-                                                         "command": " ".join(sys.argv)}))
+        scale_name = "pilot" if args.pilot else args.scale
+        before = earlier(args.out / "scale.json")
+        same = before.get("scale") == scale_name and isinstance(before.get("rounds"), dict)  # a run of some parts
+        (args.out / "scale.json").write_text(json.dumps({
+            "scale": scale_name, "rounds": (before["rounds"] if same else {}) | rounds,
+            "command": before["command"] if same else " ".join(sys.argv)}))
     search_cmds = [command(args.out, "search", alg, SEARCH_SEED, rounds[part], part, (SEARCH[alg][0], value),
                            args.samples) for part, alg, value in search]
     if args.dry_run:
@@ -156,8 +166,7 @@ def main() -> int:
             chosen[(part, alg)] = (option, values[scores.index(max(scores))])
     if not args.dry_run:  # merged into OUT's earlier picks: a run of some partitions keeps the others'
         path = args.out / "chosen.json"
-        kept = json.loads(path.read_text()) if path.exists() else {}
-        path.write_text(json.dumps(kept | {f"{p}/{a}": list(v) for (p, a), v in chosen.items()}))
+        path.write_text(json.dumps(earlier(path) | {f"{p}/{a}": list(v) for (p, a), v in chosen.items()}))
     if args.search_only:
         return 1 if failed else 0
     # longest partitions first; among partitions of as many rounds, seed-major (seed 0 of each, then seed 1, ...):

@@ -103,11 +103,11 @@ def main(out: Path) -> None:
                   f"{cell([local[s] for s in seeds if s in local])} | {cell(gain)} |")
     print("\n(mean ± sample std over seeds; pval at FedBCGD-p's floats: each method's pval/acc_mean at the last "
           "per-client evaluation within FedBCGD-personal's total upload, – if it had none that early)")
-    search(out / "search")
+    search(out / "search", chosen)
 
 
-def search(root: Path) -> None:
-    """The search's table: each searched value's final pval/acc_mean (the kept one in bold)."""
+def search(root: Path, chosen: dict) -> None:
+    """The search's table: each searched value's final pval/acc_mean (chosen.json's pick in bold)."""
     if not root.is_dir():
         return
     print("\n| partition | algorithm | hyper-parameter | final pval/acc_mean of each searched value (seed 10) |")
@@ -123,8 +123,8 @@ def search(root: Path) -> None:
             scores.setdefault((alg, option), []).append((float(value), rows[-1]["pval/acc_mean"] if rows else math.nan))
         for (alg, option), points in sorted(scores.items(), key=lambda item: ORDER.index(item[0][0])):
             points.sort()
-            best = max(score for _, score in points)
-            cells = [f"**{v:g}: {score:.4f}**" if score == best else f"{v:g}: {score:.4f}" for v, score in points]
+            pick = float(chosen.get(f"{part_dir.name}/{alg}", (option, math.nan))[1])
+            cells = [f"**{v:g}: {score:.4f}**" if v == pick else f"{v:g}: {score:.4f}" for v, score in points]
             print(f"| {part_dir.name} | {alg} | {option} | {', '.join(cells)} |")
 
 
