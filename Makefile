@@ -26,6 +26,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_cpu_limit.py
 	$(BIN)/python benchmarks/bench_systems.py
 	$(BIN)/python benchmarks/bench_trainer_path.py
+	$(BIN)/python benchmarks/bench_sgd_step.py
 
 bench-memory: $(STAMP)
 	$(BIN)/python benchmarks/bench_memory.py
