@@ -141,20 +141,23 @@ class PlainThreadPool(PlainLoop):
 
 
 class RoundTimer(pl.Callback):
-    def __init__(self):
-        self.times = []
+    """Each round's seconds on ``clock`` (wall time; bench_sgd_step.py passes CPU time)."""
+
+    def __init__(self, clock=time.perf_counter):
+        self.times, self.clock = [], clock
 
     def on_train_epoch_start(self, trainer, module):
-        self._start = time.perf_counter()
+        self._start = self.clock()
 
     def on_train_epoch_end(self, trainer, module):
-        self.times.append(time.perf_counter() - self._start)
+        self.times.append(self.clock() - self._start)
 
 
 ROUNDS = 3  # timed rounds per measurement of each way
 
 
-def fl_rounds(setting: Setting, parallel_clients: int, evaluate: bool = False) -> list[float]:
+def fl_rounds(setting: Setting, parallel_clients: int, evaluate: bool = False, rounds: int = ROUNDS,
+              clock=time.perf_counter) -> list[float]:
     """Rounds 2.. of a fit: the first pays the fit's one-off costs (threads, copies).
     ``evaluate``: the global model is evaluated on 10,000 test images in the round, as a CLI fit does."""
     test_x = torch.randn(10_000 if evaluate else setting.batch, *setting.x.shape[1:])
@@ -165,8 +168,8 @@ def fl_rounds(setting: Setting, parallel_clients: int, evaluate: bool = False) -
                              local_epochs=1, batch_size=setting.batch, lr=LR, weight_decay=WD,
                              parallel_clients=parallel_clients)
     module.prints_summary = False
-    timer = RoundTimer()
-    pl.Trainer(max_epochs=ROUNDS + 1, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+    timer = RoundTimer(clock)
+    pl.Trainer(max_epochs=rounds + 1, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
                enable_model_summary=False, limit_val_batches=1.0 if evaluate else 0, num_sanity_val_steps=0,
                callbacks=[timer]).fit(module, data)
     return timer.times[1:]

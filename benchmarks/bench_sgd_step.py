@@ -14,26 +14,12 @@ import statistics
 import time
 import warnings
 
-import pytorch_lightning as pl
 import torch
 
 import fl_lightning.federation.local_training as local_training
-from bench_parallel import LR, WD, Setting
-from fl_lightning import FederatedDataModule, FederatedModule
-from fl_lightning.data import DataSplit
+from bench_parallel import Setting, fl_rounds
 
 ROUNDS = 4  # timed rounds a fit, after its first
-
-
-class CpuTimer(pl.Callback):
-    def __init__(self):
-        self.times = []
-
-    def on_train_epoch_start(self, trainer, module):
-        self._start = time.process_time()
-
-    def on_train_epoch_end(self, trainer, module):
-        self.times.append(time.process_time() - self._start)
 
 
 def round_cpu_seconds(setting: Setting, fast: bool, rounds: int = ROUNDS) -> list[float]:
@@ -41,20 +27,9 @@ def round_cpu_seconds(setting: Setting, fast: bool, rounds: int = ROUNDS) -> lis
     fast_step = local_training.plain_sgd_step
     local_training.plain_sgd_step = fast_step if fast else (lambda optimizer: None)
     try:
-        parts = [torch.arange(c * setting.per_client, (c + 1) * setting.per_client) for c in range(setting.clients)]
-        test = torch.randn(setting.batch, *setting.x.shape[1:])
-        data = FederatedDataModule.from_tensors(DataSplit(setting.x, setting.y, test,
-                                                          torch.randint(0, 10, (setting.batch,)), 10), parts)
-        module = FederatedModule(setting.network(), algorithm="fedavg", clients_per_round=setting.per_round,
-                                 local_epochs=1, batch_size=setting.batch, lr=LR, weight_decay=WD)
-        module.prints_summary = False
-        timer = CpuTimer()
-        pl.Trainer(max_epochs=rounds + 1, accelerator="cpu", logger=False, enable_checkpointing=False,
-                   enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
-                   num_sanity_val_steps=0, callbacks=[timer]).fit(module, data)
+        return fl_rounds(setting, 1, rounds=rounds, clock=time.process_time)
     finally:
         local_training.plain_sgd_step = fast_step
-    return timer.times[1:]
 
 
 def main() -> None:
