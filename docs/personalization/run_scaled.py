@@ -8,14 +8,14 @@ Two phases:
 2. runs: every method with its kept value, seeds 0, 1, 2. pval/* is logged every ROUNDS/5 rounds, so the summary
    compares at equal rounds (the last) and at equal floats (each method's pval at FedBCGD-personal's total floats).
 
-  python docs/personalization/run_scaled.py OUT --scale reduced --jobs 2       # ~35-40 min on 2 cores
+  python docs/personalization/run_scaled.py OUT --scale reduced --jobs 2       # ~2 h on 2 cores
   python docs/personalization/run_scaled.py OUT --scale session --jobs 2 --chosen docs/personalization/runs_scaled/chosen.json
   python docs/personalization/run_scaled.py OUT --scale full --jobs 16         # 50 rounds
   python docs/personalization/summarise_scaled.py OUT                           # the table (markdown)
 
 --scale full: 50 rounds, three partitions. session: 50 rounds on ρ = 0.1, 12 on ρ = 0.6 and shards (~5 h on 2
 cores with --chosen, half of it FedAvg-FT's 80 fine-tune epochs at each evaluation). reduced: 12 rounds (rounds shrunk, data per client kept) and ρ = 0.1 only. --dry-run prints
-the commands; --pilot R: R rounds, seed 0, no search;
+the commands and how long they should take; --pilot R: R rounds, seed 0, no search;
 --parts / --algs narrow the grid and --samples shrinks the clients (pilots only); --search-only stops after the
 search.
 Each fit runs as its own process with one thread (--threads 1); --jobs N run at a time. A fit that already ran to
@@ -52,8 +52,10 @@ SCALES = {"full": {"rounds": dict.fromkeys(PARTITIONS, 50)},
           "reduced": {"rounds": {"dirichlet0.1": 12}}}
 SEEDS, SEARCH_SEED = [0, 1, 2], 10
 # measured seconds of one fit (one thread, 2 shared cores, 20 × 500 images), averaged over the methods: start-up
-# (data, model) + rounds × per round; FedAvg is ~3.5 s a round, Ditto/APFL ~2×, FedAvg-FT adds ~60 s a fine-tune
-START_S, ROUND_S = 15.0, 5.5
+# (data, model) + rounds × per round (FedAvg ~3.5 s a round, Ditto/APFL ~2×); FedAvg-FT adds, at each personal
+# evaluation, one fine-tune epoch of all 20 clients per fine-tune epoch (80 epochs, 6 evaluations: 2,448 s a fit);
+# FedRep adds a head epoch of the round's 10 clients per head epoch per round (10 epochs, 12 rounds: 391 s a fit)
+START_S, ROUND_S, FINETUNE_EPOCH_S, HEAD_EPOCH_S = 15.0, 5.5, 4.9, 2.6
 
 
 def command(out: Path, group: str, alg: str, seed: int, rounds: int, part: str, option=None, samples=500) -> list[str]:
@@ -92,12 +94,31 @@ def finished(cmd: list[str]) -> bool:
         return any(r.get("test/acc") for r in csv.DictReader(f))
 
 
-def run_all(commands: list[list[str]], jobs: int) -> list[str]:
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+def expected_s(cmd: list[str]) -> float:
+    """The seconds the fit ``cmd`` names should take on one thread (the measured constants above)."""
+    def arg(flag, default=0):
+        return float(cmd[cmd.index(flag) + 1]) if flag in cmd else default
+    rounds = arg("--trainer.max_epochs")
+    evaluations = rounds // arg("--model.personal_eval_every", rounds)
+    return (START_S + ROUND_S * rounds + FINETUNE_EPOCH_S * arg("--model.algorithm.finetune_epochs") * evaluations
+            + HEAD_EPOCH_S * arg("--model.algorithm.head_epochs") * rounds)
+
+
+def plan(commands: list[list[str]], jobs: int, what: str) -> list[list[str]]:
+    """The fits of ``commands`` still to run; prints how many and how long they should take."""
     todo = [cmd for cmd in commands if not finished(cmd)]
-    if len(todo) < len(commands):
-        print(f"  {len(commands) - len(todo)} fits already finished in OUT, not run again", flush=True)
-    commands = todo
+    if commands:
+        seconds = [expected_s(cmd) for cmd in todo]
+        # jobs at a time: no sooner than the longest fit, nor than the total shared evenly
+        minutes = max(max(seconds, default=0), sum(seconds) / max(jobs, 1)) / 60
+        print(f"{what}: {len(todo)} fits to run ({len(commands) - len(todo)} already finished in OUT, not run "
+              f"again); expected ~{minutes:.0f} min with --jobs {jobs}", flush=True)
+    return todo
+
+
+def run_all(commands: list[list[str]], jobs: int, what: str) -> list[str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    commands = plan(commands, jobs, what)
 
     def one(cmd):
         started = time.time()
@@ -133,11 +154,8 @@ def main() -> int:
     search = [] if args.pilot or reused else [(part, alg, value) for part in args.parts for alg, (_, values)
                                               in SEARCH.items() if alg in args.algs for value in values]
     seeds = [0] if args.pilot else SEEDS
-    fits = [(part, count) for part in args.parts for count in [len(args.algs) * len(seeds)]]
-    estimate = sum((START_S + ROUND_S * rounds[part]) * (count + sum(s[0] == part for s in search))
-                   for part, count in fits) / max(args.jobs, 1)
     print(f"scale {args.scale if not args.pilot else 'pilot'}: rounds {rounds}; {len(search)} search fits + "
-          f"{sum(c for _, c in fits)} fits; expected ~{estimate / 60:.0f} min with --jobs {args.jobs}", flush=True)
+          f"{len(args.parts) * len(args.algs) * len(seeds)} fits", flush=True)
     if not args.dry_run:  # a dry run prints the commands and writes nothing (it must not relabel a finished run)
         args.out.mkdir(parents=True, exist_ok=True)
         scale_name = "pilot" if args.pilot else args.scale
@@ -149,9 +167,10 @@ def main() -> int:
     search_cmds = [command(args.out, "search", alg, SEARCH_SEED, rounds[part], part, (SEARCH[alg][0], value),
                            args.samples) for part, alg, value in search]
     if args.dry_run:
+        plan(search_cmds, args.jobs, "search")
         for cmd in search_cmds:
             print(" ".join(cmd))
-    failed = [] if args.dry_run else run_all(search_cmds, args.jobs)
+    failed = [] if args.dry_run else run_all(search_cmds, args.jobs, "search")
     chosen = {}
     for part in args.parts:
         for alg, (option, values) in SEARCH.items():
@@ -177,11 +196,12 @@ def main() -> int:
     main_cmds = [command(args.out, "runs", alg, seed, rounds[part], part, chosen.get((part, alg)), args.samples)
                  for length in lengths for seed in seeds for part in args.parts if rounds[part] == length
                  for alg in args.algs]
-    if args.dry_run:
+    if args.dry_run:  # without --chosen the picks are not known yet: each grid's first value stands in
+        plan(main_cmds, args.jobs, "runs" if reused else "runs (at each grid's first value)")
         for cmd in main_cmds:
             print(" ".join(cmd))
         return 0
-    failed += run_all(main_cmds, args.jobs)
+    failed += run_all(main_cmds, args.jobs, "runs")
     for err in failed:
         print("FAILED:", err, file=sys.stderr)
     return 1 if failed else 0
