@@ -40,8 +40,8 @@ PARTITIONS = {"dirichlet0.1": ["--data.dirichlet_rho", "0.1"], "dirichlet0.6": [
               "shards2": ["--data.partition", "shards", "--data.classes_per_client", "2"]}
 ALGORITHMS = ["fedavg", "local", "fedavg_ft", "fedbn", "fedper", "fedrep", "ditto", "apfl", "fedbcgd_personal"]
 # each method's own hyper-parameter and the values searched (methods not listed have none to tune here)
-# (widened past every edge pick: the first grid, two values each, picked an edge every time; FedAvg-FT's fine-tune
-# epochs still gain, barely, at 80 — docs/personalization/session.md says why the grid stops there)
+# (widened past every edge pick: the first grid, two values each, picked an edge every time; FedAvg-FT's profile is
+# flat from 80 fine-tune epochs to 160, so the grid stops there)
 SEARCH = {"fedavg_ft": ("finetune_epochs", [1, 5, 10, 20, 40, 80, 160]), "fedrep": ("head_epochs", [1, 5, 10, 20]),
           "ditto": ("lam", [0.001, 0.01, 0.03, 0.1, 0.3, 1.0]), "apfl": ("alpha", [0.1, 0.25, 0.5, 0.75]),
           "fedbcgd_personal": ("server_momentum", [0.0, 0.5, 0.8, 0.9, 0.95])}
@@ -51,10 +51,11 @@ SCALES = {"full": {"rounds": dict.fromkeys(PARTITIONS, 50)},
           "session": {"rounds": {"dirichlet0.1": 50, "dirichlet0.6": 12, "shards2": 12}},
           "reduced": {"rounds": {"dirichlet0.1": 12}}}
 SEEDS, SEARCH_SEED = [0, 1, 2], 10
-# measured seconds of one fit (one thread, 2 shared cores, 20 × 500 images), averaged over the methods: start-up
-# (data, model) + rounds × per round (FedAvg ~3.5 s a round, Ditto/APFL ~2×); FedAvg-FT adds, at each personal
-# evaluation, one fine-tune epoch of all 20 clients per fine-tune epoch (80 epochs, 6 evaluations: 2,448 s a fit);
-# FedRep adds a head epoch of the round's 10 clients per head epoch per round (10 epochs, 12 rounds: 391 s a fit)
+# seconds of one fit (one thread, 2 shared cores, 20 × 500 images), fitted to measured fits: start-up (data, model)
+# + rounds × per round, averaged over the methods (FedAvg ~3.5 s a round, Ditto/APFL ~2×); FedAvg-FT adds
+# FINETUNE_EPOCH_S per fine-tune epoch at each personal evaluation (all 20 clients; measured: 80 epochs, 6
+# evaluations, 2,448 s a fit); FedRep adds HEAD_EPOCH_S per head epoch per round (the round's 10 clients; measured:
+# 10 epochs, 12 rounds, 391 s a fit)
 START_S, ROUND_S, FINETUNE_EPOCH_S, HEAD_EPOCH_S = 15.0, 5.5, 4.9, 2.6
 
 
@@ -96,10 +97,10 @@ def finished(cmd: list[str]) -> bool:
 
 def expected_s(cmd: list[str]) -> float:
     """The seconds the fit ``cmd`` names should take on one thread (the measured constants above)."""
-    def arg(flag, default=0):
-        return float(cmd[cmd.index(flag) + 1]) if flag in cmd else default
+    def arg(flag):
+        return float(cmd[cmd.index(flag) + 1]) if flag in cmd else 0.0
     rounds = arg("--trainer.max_epochs")
-    evaluations = rounds // arg("--model.personal_eval_every", rounds)
+    evaluations = -(-rounds // arg("--model.personal_eval_every"))  # every k rounds, and after the last
     return (START_S + ROUND_S * rounds + FINETUNE_EPOCH_S * arg("--model.algorithm.finetune_epochs") * evaluations
             + HEAD_EPOCH_S * arg("--model.algorithm.head_epochs") * rounds)
 
@@ -171,10 +172,12 @@ def main() -> int:
         for cmd in search_cmds:
             print(" ".join(cmd))
     failed = [] if args.dry_run else run_all(search_cmds, args.jobs, "search")
+    # a dry run before the search has run cannot know the picks: each grid's first value stands in
+    guessed = args.dry_run and not reused and not all(finished(cmd) for cmd in search_cmds)
     chosen = {}
     for part in args.parts:
         for alg, (option, values) in SEARCH.items():
-            if args.pilot or (args.dry_run and not reused):
+            if args.pilot or guessed:
                 chosen[(part, alg)] = (option, values[0])
                 continue
             if reused:
@@ -196,8 +199,8 @@ def main() -> int:
     main_cmds = [command(args.out, "runs", alg, seed, rounds[part], part, chosen.get((part, alg)), args.samples)
                  for length in lengths for seed in seeds for part in args.parts if rounds[part] == length
                  for alg in args.algs]
-    if args.dry_run:  # without --chosen the picks are not known yet: each grid's first value stands in
-        plan(main_cmds, args.jobs, "runs" if reused else "runs (at each grid's first value)")
+    if args.dry_run:
+        plan(main_cmds, args.jobs, "runs (at each grid's first value: the search has not run)" if guessed else "runs")
         for cmd in main_cmds:
             print(" ".join(cmd))
         return 0
