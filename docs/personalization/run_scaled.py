@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,19 +60,57 @@ SEEDS, SEARCH_SEED = [0, 1, 2], 10
 START_S, ROUND_S, FINETUNE_EPOCH_S, HEAD_EPOCH_S = 15.0, 5.5, 4.9, 2.6
 
 
-def command(out: Path, group: str, alg: str, seed: int, rounds: int, part: str, option=None, samples=500) -> list[str]:
-    name = f"{alg}" + (f",{option[0]}={option[1]}" if option else "") + f",seed={seed}"
-    extra = ["--model.network.norm", "bn"] if alg == "fedbn" else []
-    if option:
-        extra += [f"--model.algorithm.{option[0]}", str(option[1])]
-    # five or six personal evaluations a fit (FedAvg-FT fine-tunes at each); a search fit is scored by its last one
-    # only, so it evaluates only then (evaluating changes no trained number: the final pval is the same either way)
-    every = rounds if group == "search" else max(1, rounds // 5)
-    return [FL, "fit", "--config", CONFIG, "--model.algorithm", alg, *extra, *PARTITIONS[part],
-            "--data.samples_per_client", str(samples), "--trainer.max_epochs", str(rounds),
-            "--trainer.check_val_every_n_epoch", str(rounds), "--model.personal_eval_every", str(every),
-            "--seed_everything", str(seed), "--threads", "1", "--trainer.logger.init_args.save_dir", str(out / group),
-            "--trainer.logger.init_args.name", part, "--trainer.logger.init_args.version", name]
+@dataclass(frozen=True)
+class Fit:
+    """One fit of the grid: its command, its run folder (OUT/group/partition/name) and its expected cost."""
+    out: Path
+    group: str  # "search" or "runs"
+    alg: str
+    seed: int
+    rounds: int
+    part: str
+    option: tuple | None = None  # (the method's hyper-parameter, its value)
+    samples: int = 500
+
+    @property
+    def name(self) -> str:
+        return self.alg + (f",{self.option[0]}={self.option[1]}" if self.option else "") + f",seed={self.seed}"
+
+    @property
+    def run(self) -> Path:
+        return self.out / self.group / self.part / self.name
+
+    @property
+    def every(self) -> int:
+        # five or six personal evaluations a fit (FedAvg-FT fine-tunes at each); a search fit is scored by its last
+        # one only, so it evaluates only then (evaluating changes no trained number: the final pval is the same)
+        return self.rounds if self.group == "search" else max(1, self.rounds // 5)
+
+    def argv(self) -> list[str]:
+        extra = ["--model.network.norm", "bn"] if self.alg == "fedbn" else []
+        if self.option:
+            extra += [f"--model.algorithm.{self.option[0]}", str(self.option[1])]
+        return [FL, "fit", "--config", CONFIG, "--model.algorithm", self.alg, *extra, *PARTITIONS[self.part],
+                "--data.samples_per_client", str(self.samples), "--trainer.max_epochs", str(self.rounds),
+                "--trainer.check_val_every_n_epoch", str(self.rounds), "--model.personal_eval_every", str(self.every),
+                "--seed_everything", str(self.seed), "--threads", "1",
+                "--trainer.logger.init_args.save_dir", str(self.out / self.group),
+                "--trainer.logger.init_args.name", self.part, "--trainer.logger.init_args.version", self.name]
+
+    def finished(self) -> bool:
+        """Whether it already ran to its end (its test/acc row is logged): it is not run again."""
+        if not (self.run / "metrics.csv").exists():
+            return False
+        with open(self.run / "metrics.csv") as f:
+            return any(r.get("test/acc") for r in csv.DictReader(f))
+
+    def expected_s(self) -> float:
+        """The seconds it should take on one thread (the measured constants above)."""
+        option, value = self.option or (None, 0)
+        evaluations = -(-self.rounds // self.every)  # every k rounds, and after the last
+        return (START_S + ROUND_S * self.rounds
+                + FINETUNE_EPOCH_S * (value if option == "finetune_epochs" else 0) * evaluations
+                + HEAD_EPOCH_S * (value if option == "head_epochs" else 0) * self.rounds)
 
 
 def final_pval(run: Path) -> float:
@@ -86,52 +125,31 @@ def earlier(path: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def finished(cmd: list[str]) -> bool:
-    """Whether the fit ``cmd`` names already ran to its end (its test/acc row is logged): it is not run again."""
-    run = Path(cmd[cmd.index("--trainer.logger.init_args.save_dir") + 1], cmd[-3], cmd[-1])
-    if not (run / "metrics.csv").exists():
-        return False
-    with open(run / "metrics.csv") as f:
-        return any(r.get("test/acc") for r in csv.DictReader(f))
-
-
-def expected_s(cmd: list[str]) -> float:
-    """The seconds the fit ``cmd`` names should take on one thread (the measured constants above)."""
-    def arg(flag):
-        return float(cmd[cmd.index(flag) + 1]) if flag in cmd else 0.0
-    rounds = arg("--trainer.max_epochs")
-    evaluations = -(-rounds // arg("--model.personal_eval_every"))  # every k rounds, and after the last
-    return (START_S + ROUND_S * rounds + FINETUNE_EPOCH_S * arg("--model.algorithm.finetune_epochs") * evaluations
-            + HEAD_EPOCH_S * arg("--model.algorithm.head_epochs") * rounds)
-
-
-def plan(commands: list[list[str]], jobs: int, what: str) -> list[list[str]]:
-    """The fits of ``commands`` still to run; prints how many and how long they should take."""
-    todo = [cmd for cmd in commands if not finished(cmd)]
-    if commands:
-        seconds = [expected_s(cmd) for cmd in todo]
+def plan(fits: list[Fit], jobs: int, what: str) -> list[Fit]:
+    """The fits still to run; prints how many and how long they should take."""
+    todo = [fit for fit in fits if not fit.finished()]
+    if fits:
+        seconds = [fit.expected_s() for fit in todo]
         # jobs at a time: no sooner than the longest fit, nor than the total shared evenly
         minutes = max(max(seconds, default=0), sum(seconds) / max(jobs, 1)) / 60
-        print(f"{what}: {len(todo)} fits to run ({len(commands) - len(todo)} already finished in OUT, not run "
+        print(f"{what}: {len(todo)} fits to run ({len(fits) - len(todo)} already finished in OUT, not run "
               f"again); expected ~{minutes:.0f} min with --jobs {jobs}", flush=True)
     return todo
 
 
-def run_all(commands: list[list[str]], jobs: int, what: str) -> list[str]:
+def run_all(fits: list[Fit], jobs: int, what: str) -> list[str]:
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    commands = plan(commands, jobs, what)
 
-    def one(cmd):
+    def one(fit):
         started = time.time()
-        done = subprocess.run(["nice", "-n", "5", *cmd], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+        done = subprocess.run(["nice", "-n", "5", *fit.argv()], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, text=True)
-        tag = cmd[-1]
-        print(f"  {'ok' if done.returncode == 0 else 'FAILED'} {cmd[-3]}/{tag} in {time.time() - started:.0f} s",
-              flush=True)
-        return "" if done.returncode == 0 else " ".join(cmd) + "\n" + done.stderr[-2000:]
+        print(f"  {'ok' if done.returncode == 0 else 'FAILED'} {fit.part}/{fit.name} in "
+              f"{time.time() - started:.0f} s", flush=True)
+        return "" if done.returncode == 0 else " ".join(fit.argv()) + "\n" + done.stderr[-2000:]
 
     with ThreadPoolExecutor(jobs) as pool:
-        return [err for err in pool.map(one, commands) if err]
+        return [err for err in pool.map(one, plan(fits, jobs, what)) if err]
 
 
 def main() -> int:
@@ -165,18 +183,22 @@ def main() -> int:
         (args.out / "scale.json").write_text(json.dumps({
             "scale": scale_name, "rounds": (before["rounds"] if same else {}) | rounds,
             "command": before["command"] if same else " ".join(sys.argv)}))
-    search_cmds = [command(args.out, "search", alg, SEARCH_SEED, rounds[part], part, (SEARCH[alg][0], value),
-                           args.samples) for part, alg, value in search]
+    def search_fit(part, alg, value):
+        return Fit(args.out, "search", alg, SEARCH_SEED, rounds[part], part, (SEARCH[alg][0], value), args.samples)
+
+    search_fits = [search_fit(*point) for point in search]
     if args.dry_run:
-        plan(search_cmds, args.jobs, "search")
-        for cmd in search_cmds:
-            print(" ".join(cmd))
-    failed = [] if args.dry_run else run_all(search_cmds, args.jobs, "search")
+        plan(search_fits, args.jobs, "search")
+        for fit in search_fits:
+            print(" ".join(fit.argv()))
+    failed = [] if args.dry_run else run_all(search_fits, args.jobs, "search")
     # a dry run before the search has run cannot know the picks: each grid's first value stands in
-    guessed = args.dry_run and not reused and not all(finished(cmd) for cmd in search_cmds)
+    guessed = args.dry_run and not reused and not all(fit.finished() for fit in search_fits)
     chosen = {}
     for part in args.parts:
         for alg, (option, values) in SEARCH.items():
+            if alg not in args.algs:  # its search did not run here; chosen.json keeps its earlier pick
+                continue
             if args.pilot or guessed:
                 chosen[(part, alg)] = (option, values[0])
                 continue
@@ -185,8 +207,7 @@ def main() -> int:
                 continue
             # to 6 decimals: two means of 20 clients' accuracies (multiples of 0.0005) that differ below that
             # differ only by float rounding (80 and 160 fine-tune epochs: 0.8154999999999999, 0.8155000000000001)
-            scores = [round(final_pval(args.out / "search" / part / f"{alg},{option}={v},seed={SEARCH_SEED}"), 6)
-                      for v in values]
+            scores = [round(final_pval(search_fit(part, alg, v).run), 6) for v in values]
             chosen[(part, alg)] = (option, values[scores.index(max(scores))])
     if not args.dry_run:  # merged into OUT's earlier picks: a run of some partitions keeps the others'
         path = args.out / "chosen.json"
@@ -196,15 +217,15 @@ def main() -> int:
     # longest partitions first; among partitions of as many rounds, seed-major (seed 0 of each, then seed 1, ...):
     # a run cut short still has whole seeds, and every partition its first ones
     lengths = sorted(set(rounds.values()), reverse=True)
-    main_cmds = [command(args.out, "runs", alg, seed, rounds[part], part, chosen.get((part, alg)), args.samples)
+    main_fits = [Fit(args.out, "runs", alg, seed, rounds[part], part, chosen.get((part, alg)), args.samples)
                  for length in lengths for seed in seeds for part in args.parts if rounds[part] == length
                  for alg in args.algs]
     if args.dry_run:
-        plan(main_cmds, args.jobs, "runs (at each grid's first value: the search has not run)" if guessed else "runs")
-        for cmd in main_cmds:
-            print(" ".join(cmd))
+        plan(main_fits, args.jobs, "runs (at each grid's first value: the search has not run)" if guessed else "runs")
+        for fit in main_fits:
+            print(" ".join(fit.argv()))
         return 0
-    failed += run_all(main_cmds, args.jobs, "runs")
+    failed += run_all(main_fits, args.jobs, "runs")
     for err in failed:
         print("FAILED:", err, file=sys.stderr)
     return 1 if failed else 0
