@@ -311,8 +311,8 @@ class FederatedModule(pl.LightningModule):
             if evaluation.due(rounds, last):
                 row.update(evaluation.run(self.global_vector, self.current_epoch, self._lr,
                                           self.trainer.log_dir if self.trainer.is_global_zero else None))
-        if self.trainer.is_global_zero:  # the parts' own files (e.g. the clients' time line)
-            for part in self.loop.parts().values():
+        if self.trainer.is_global_zero:  # the parts' and hooks' own files (e.g. the clients' time line, clients.csv)
+            for part in [*self.loop.parts().values(), *self.fl_callbacks]:
                 for name, columns, rows in part.files():
                     append_rows(run_dirs(self.trainer), name, columns, rows)
         if self.trainer.is_global_zero:

@@ -12,6 +12,7 @@ from fl_lightning.resolve import resolve_part
 from fl_lightning.errors import ConfigError, check_accuracy
 from fl_lightning.federation.evaluation import evaluates_itself
 from fl_lightning.assembly.connector import choose_parts, describe_fit, refuse_clashes
+from fl_lightning.assembly.fit import first_refusal
 from fl_lightning.federation.trainer_path import local_trainer_options
 from fl_lightning.federation.user_module import is_lightning, network_optimizer_settings
 from fl_lightning.personalization.evaluation import check_new_clients, check_schedule
@@ -136,6 +137,8 @@ def check_compatible(module, datamodule) -> None:
         check_network_fits(module.net, datamodule, module.flat.device)
     module.fit = describe_fit(module, datamodule)  # what the parts read (fl_lightning.assembly.connector)
     refuse_clashes(module.parts, module.fit)
+    if module.robust is not None:  # the aggregator's and the attack's refusals (fl_lightning.aggregation.server)
+        first_refusal(module.robust.refuse(module.fit))
 
 
 SYSTEM_KEYS = ("system", "round_policy", "asynchronous")  # recorded as system_specs gives them

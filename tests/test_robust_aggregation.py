@@ -102,8 +102,18 @@ def test_each_attack_uploads_its_formula():
     torch.testing.assert_close(ALIE(z=1.5).forge(true, honest, gens)[0], torch.tensor([2.0, 2.0, 2.0]) - 1.5 * std)
     # the paper's z_max: n = 50, k = 12: s = 26 − 12 = 14, z = Φ⁻¹(36/50) ≈ 0.5828
     assert z_max(50, 12) == pytest.approx(0.58284, abs=1e-4)
-    assert ALIE().forge(true, honest, gens)[0].tolist() == pytest.approx(
-        (torch.tensor([2.0, 2.0, 2.0]) - z_max(4, 1) * std).tolist())
+    # z fixed once per run from n = S and the expected attackers k = S·m/M, not from the group's own n and k:
+    # S = 10 of M = 20, 4 malicious: k = 2, s = 6 − 2 = 4, z = Φ⁻¹(6/10) ≈ 0.2533 — also in this group of 4 with 1
+    alie = ALIE(fraction=0.2)
+    alie.prepare(20, 10)
+    assert alie.used_z == pytest.approx(0.253347, abs=1e-6) and alie.metrics() == {"attack/alie_z": alie.used_z}
+    assert alie.forge(true, honest, gens)[0].tolist() == pytest.approx(
+        (torch.tensor([2.0, 2.0, 2.0]) - 0.253347 * std).tolist(), abs=1e-5)
+    fedavg_arm = ALIE(fraction=0.2)
+    fedavg_arm.prepare(20, 5)  # S = 5: k = 1, s = 3 − 1 = 2, z = Φ⁻¹(3/5): the same z at the same share
+    assert fedavg_arm.used_z == pytest.approx(alie.used_z)
+    with pytest.raises(ConfigError, match="alie's z is infinite with 6 of S=10 clients a round malicious"):
+        raise ALIE(fraction=0.6).refuse(SimpleNamespace(num_clients=20, per_round=10, label_counts=()))
 
 
 def round_of(uploads, aggregator=None, attack=None, malicious=(), weights=None, blocks=None, round_idx=0):
@@ -182,18 +192,32 @@ def test_colluders_see_only_the_honest_uploads_of_their_block():
     assert received.mean("delta").tolist() == [0.0, 0.0, 3.5, 4.5, 1.5]
 
 
-def test_gaussian_noise_is_seeded_by_round_and_client():
+def test_gaussian_noise_is_seeded_by_round_client_and_group_and_independent_across_a_clients_groups():
     uploads = [(3, [(0, [0.0, 0.0])]), (8, [(0, [1.0, 1.0])])]
     _, received = round_of(uploads, None, Gaussian(std=2.0), {3}, round_idx=5)
-    noise = 2.0 * torch.randn(2, generator=generator(derive_seed(NOISE_STREAM, 5, 3)))
+    noise = 2.0 * torch.randn(2, generator=generator(derive_seed(NOISE_STREAM, 5, 3, 0)))
     torch.testing.assert_close(received.mean("delta"), (noise + 1.0) / 2)
+    # a FedBCGD client's block [0, 400) and shared block [400, 800): two groups, two independent noise streams
+    uploads = [(3, [(0, [0.0] * 400), (400, [0.0] * 400)]), (8, [(0, [0.0] * 400), (400, [0.0] * 400)]),
+               (9, [(400, [0.0] * 400)])]
+    _, received = round_of(uploads, None, Gaussian(std=1.0), {3}, round_idx=0)
+    mean = received.mean("delta")
+    block, shared = mean[:400] * 2, mean[400:] * 3  # the attacker's noise, undone from the means
+    assert abs(float(torch.corrcoef(torch.stack([block, shared]))[0, 1])) < 0.15
 
 
-def test_krum_refuses_a_block_too_small_and_names_it():
-    uploads = [(c, [(0, [float(c)])]) for c in range(4)]
-    with pytest.raises(ConfigError, match=r"krum\(f=1\) needs at least 5 uploads per group, but the round's group "
-                                          r"of 4 uploads has 4"):
-        round_of(uploads, Krum(f=1))[1].mean("delta")
+def test_a_group_the_rule_cannot_serve_keeps_its_coordinates_and_is_counted():
+    """Drops leave block A with 2 uploads, below Krum's 5: its coordinates get weight 0 (the server keeps them),
+    block B (5 uploads) is aggregated; aggregation/skipped_groups counts the one skipped group."""
+    a = [(c, [(0, [float(c), 1.0])]) for c in range(2)]
+    b = [(c, [(2, [float(c), -1.0])]) for c in range(2, 7)]
+    server, received = round_of(a + b, Krum(f=1))
+    assert received.weight("delta").tolist() == [0, 0, 5, 5]
+    assert received.mean("delta").tolist()[:2] == [0.0, 0.0]
+    assert server.metrics() == {"aggregation/skipped_groups": 1.0}
+    assert Krum(f=1).group_refusal(4, "a round of S=4 uploads").args[0] == (
+        "model.aggregator: krum(f=1) needs at least 5 uploads per group, but a round of S=4 uploads has 4; raise "
+        "model.clients_per_round, use fewer blocks or lower its f")
 
 
 def test_centered_clip_starts_from_its_last_output_where_the_block_was_uploaded():

@@ -9,8 +9,9 @@ from fl_lightning.aggregation.bulyan import Bulyan
 from fl_lightning.aggregation.centered_clip import CenteredClip
 from fl_lightning.aggregation.norm_bound import NormBound
 from fl_lightning.aggregation.server import RobustServer
-from fl_lightning.aggregation.options import expand_names, resolve_aggregator, resolve_attack, settle_robustness
+from fl_lightning.aggregation.options import (expand_names, resolve_aggregator, resolve_attack, settle_config,
+                                              settle_robustness, spec_of)
 
 __all__ = ["AGGREGATORS", "Aggregator", "Mean", "Median", "TrimmedMean", "Krum", "MultiKrum", "Bulyan",
            "CenteredClip", "NormBound", "RobustServer", "expand_names", "resolve_aggregator", "resolve_attack",
-           "settle_robustness"]
+           "settle_config", "settle_robustness", "spec_of"]

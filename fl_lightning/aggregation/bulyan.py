@@ -3,6 +3,8 @@ the rest), then per coordinate the mean of the β = θ − 2f chosen values clos
 Flower's aggregate_bulyan with Krum). Needs n ≥ 4f + 3 uploads per group."""
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from fl_lightning.aggregation.base import AGGREGATORS, Aggregator, check_int, coordinate_median
@@ -12,14 +14,16 @@ from fl_lightning.aggregation.krum import krum_scores
 @AGGREGATORS.register()
 class Bulyan(Aggregator):
     """Args:
-        f: Byzantine uploads tolerated per group."""
+        f: Byzantine uploads tolerated per group.
+        bucket, momentum: every rule's (fl_lightning.aggregation.base.Aggregator)."""
 
     name = "bulyan"
 
-    def __init__(self, f: int = 1):
+    def __init__(self, f: int = 1, bucket: Optional[int] = None, momentum: float = 0.0):
+        super().__init__(bucket, momentum)
         self.f = check_int("f", f, 0)
 
-    def options(self):
+    def own_options(self):
         return {"f": self.f}
 
     def min_clients(self):

@@ -7,6 +7,8 @@ Weighted by the clients' weights (all 1 unless model.weighted_aggregation). Stat
 saved in the checkpoint."""
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from fl_lightning.aggregation.base import AGGREGATORS, Aggregator, check_int
@@ -17,19 +19,21 @@ from fl_lightning.errors import ConfigError
 class CenteredClip(Aggregator):
     """Args:
         tau: the clipping radius τ around the centre.
-        iterations: clipping iterations per round (the paper: 1 with momentum, more without)."""
+        iterations: clipping iterations per round (the paper: 1 with momentum, more without).
+        bucket, momentum: every rule's (fl_lightning.aggregation.base.Aggregator)."""
 
     name = "centered_clip"
     weighted = True
     stateful = True
 
-    def __init__(self, tau: float = 1.0, iterations: int = 3):
+    def __init__(self, tau: float = 1.0, iterations: int = 3, bucket: Optional[int] = None, momentum: float = 0.0):
+        super().__init__(bucket, momentum)
         if not tau > 0:
             raise ConfigError("model.aggregator.tau", f"got {tau}; needs a radius > 0")
         self.tau = float(tau)
         self.iterations = check_int("iterations", iterations, 1)
 
-    def options(self):
+    def own_options(self):
         return {"tau": self.tau, "iterations": self.iterations}
 
     def aggregate(self, x, weights, previous=None):

@@ -3,6 +3,8 @@ its n − f − 2 nearest other uploads; Krum returns the upload of lowest score
 lowest score, weighted by the clients' weights (as Flower's aggregate_krum). Needs n ≥ 2f + 3 uploads per group."""
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from fl_lightning.aggregation.base import AGGREGATORS, Aggregator, check_int, squared_distances, weighted_mean
@@ -18,14 +20,16 @@ def krum_scores(x: torch.Tensor, f: int) -> torch.Tensor:
 @AGGREGATORS.register()
 class Krum(Aggregator):
     """Args:
-        f: the number of Byzantine uploads per group it is built to tolerate."""
+        f: the number of Byzantine uploads per group it is built to tolerate.
+        bucket, momentum: every rule's (fl_lightning.aggregation.base.Aggregator)."""
 
     name = "krum"
 
-    def __init__(self, f: int = 1):
+    def __init__(self, f: int = 1, bucket: Optional[int] = None, momentum: float = 0.0):
+        super().__init__(bucket, momentum)
         self.f = check_int("f", f, 0)
 
-    def options(self):
+    def own_options(self):
         return {"f": self.f}
 
     def min_clients(self):
@@ -39,16 +43,17 @@ class Krum(Aggregator):
 class MultiKrum(Krum):
     """Args:
         f: Byzantine uploads tolerated per group.
-        m: how many uploads of lowest score are averaged (default n − f)."""
+        m: how many uploads of lowest score are averaged (default n − f).
+        bucket, momentum: every rule's (fl_lightning.aggregation.base.Aggregator)."""
 
     name = "multi_krum"
     weighted = True
 
-    def __init__(self, f: int = 1, m: int | None = None):
-        super().__init__(f)
+    def __init__(self, f: int = 1, m: int | None = None, bucket: Optional[int] = None, momentum: float = 0.0):
+        super().__init__(f, bucket, momentum)
         self.m = None if m is None else check_int("m", m, 1)
 
-    def options(self):
+    def own_options(self):
         return {"f": self.f, "m": self.m}
 
     def min_clients(self):

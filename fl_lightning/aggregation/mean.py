@@ -11,5 +11,9 @@ class Mean(Aggregator):
     name = "mean"
     weighted = True
 
+    @property
+    def streams(self):
+        return not self.bucket and not self.momentum
+
     def aggregate(self, x, weights, previous=None):
         return weighted_mean(x, weights)

@@ -2,6 +2,8 @@
 group's coordinates capped at M, then the weighted mean: Σ_i w_i x_i min(1, M / ‖x_i‖) / Σ_i w_i."""
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from fl_lightning.aggregation.base import AGGREGATORS, Aggregator, weighted_mean
@@ -11,17 +13,19 @@ from fl_lightning.errors import ConfigError
 @AGGREGATORS.register()
 class NormBound(Aggregator):
     """Args:
-        max_norm: M, the largest L2 norm an upload keeps (per group: FedBCGD's block and shared block apart)."""
+        max_norm: M, the largest L2 norm an upload keeps (per group: FedBCGD's block and shared block apart).
+        bucket, momentum: every rule's (fl_lightning.aggregation.base.Aggregator)."""
 
     name = "norm_bound"
     weighted = True
 
-    def __init__(self, max_norm: float = 1.0):
+    def __init__(self, max_norm: float = 1.0, bucket: Optional[int] = None, momentum: float = 0.0):
+        super().__init__(bucket, momentum)
         if not max_norm > 0:
             raise ConfigError("model.aggregator.max_norm", f"got {max_norm}; needs a norm > 0")
         self.max_norm = float(max_norm)
 
-    def options(self):
+    def own_options(self):
         return {"max_norm": self.max_norm}
 
     def aggregate(self, x, weights, previous=None):

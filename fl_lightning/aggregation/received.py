@@ -75,6 +75,7 @@ class ReceivedUploads(ReceivedSums):
         self._current: Optional[Upload] = None
         self._derived: set[str] = set()
         self._means: dict[str, torch.Tensor] = {}
+        self._skipped: dict[str, torch.Tensor] = {}  # coordinates of groups the rule could not serve this round
 
     def add(self, upload: Payload, delta_weight: float = 1.0) -> None:
         if self._records is None:
@@ -114,6 +115,20 @@ class ReceivedUploads(ReceivedSums):
         if channel not in self._means:
             self._means[channel] = self.server.aggregate(channel, self)
         return self._means[channel].clone()
+
+    def skip(self, channel: str, index: torch.Tensor) -> None:
+        """The rule could not serve the group at ``index``: those coordinates count as not reported this round."""
+        mask = self._skipped.setdefault(channel, torch.zeros(self.sizes[channel], dtype=torch.bool, device=self.device))
+        mask[index] = True
+
+    def weight(self, channel: str) -> torch.Tensor:
+        """The weight that reported each coordinate, 0 where the rule skipped its group."""
+        weight = super().weight(channel)
+        if self.robust(channel):
+            self.mean(channel)  # the rule runs first: it decides what is skipped
+            if channel in self._skipped:
+                weight = weight.masked_fill(self._skipped[channel], 0)
+        return weight
 
     def sum(self, channel: str) -> torch.Tensor:
         """The aggregate times the weight that uploaded each coordinate (so that sum / weight is the aggregate)."""

@@ -23,6 +23,12 @@ class LabelFlip(Attack):
             raise ConfigError("model.attack.mapping", f"got {mapping!r}; choose reverse or shift")
         self.mapping = mapping
 
+    def refuse(self, fit):
+        if fit.label_counts is None:
+            return ConfigError("model.attack", "label_flip relabels classes, but this task's targets are not class "
+                               "labels (no integer labels, no class count); choose an upload attack such as sign_flip")
+        return super().refuse(fit)
+
     def own_options(self):
         return {"mapping": self.mapping}
 

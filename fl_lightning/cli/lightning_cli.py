@@ -28,7 +28,7 @@ from fl_lightning.algorithms import algorithms_with
 from fl_lightning.compression import CODECS
 from fl_lightning.algorithms.describe import fit_description
 from fl_lightning.algorithms.names import algorithm_name, class_path, expand_args, import_class
-from fl_lightning.aggregation import expand_names
+from fl_lightning.aggregation import expand_names, settle_config
 from fl_lightning.federation.blocks import partition_for
 from fl_lightning.runs.checkpoint_io import refuse_before_algorithm_objects
 from fl_lightning.data.datamodule import FederatedDataModule
@@ -232,6 +232,7 @@ class FederatedCLI(LightningCLI):
             return
         config = self.config[self.config.subcommand]
         check_before_any_directory(config.get("trainer") or {})
+        settle_config(config["model"], self._given_args)  # one recorded form per aggregator/attack setting
         self.name_the_run(config)
         if config.get("ckpt_path") == "last" and self.config.subcommand == "fit":
             newest, self.checkpoint = newest_checkpoint(config.get("trainer") or {}, self.run_id)

@@ -100,6 +100,11 @@ class FLCallback(pl.Callback):
         """What it adds to every round's row (client-level DP: privacy/epsilon, ...); default nothing."""
         return {}
 
+    def files(self) -> list[tuple[str, tuple, list[dict]]]:
+        """(file name, columns, rows) it appends to the run folder's CSV files after each round (a robust server:
+        clients.csv); default none."""
+        return []
+
     def stops_before(self, round_idx: int) -> bool:
         """True: the fit ends before round ``round_idx`` (0-based) runs (client-level DP: it would pass the ε
         budget); default never."""

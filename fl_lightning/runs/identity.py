@@ -44,6 +44,8 @@ DATA_LOCATION = {"root", "cache_dir", "download"}
 # Trainer options that change the arithmetic, with the value that changes nothing.
 TRAINER_ARITHMETIC = {"precision": ("32-true", "32", 32, None), "accumulate_grad_batches": (1, None),
                       "gradient_clip_val": (0, 0.0, None), "gradient_clip_algorithm": (None, "norm")}
+# Model options whose label and id come from the part they resolve to (fl_lightning.aggregation.settle_config).
+RECORDED_PARTS = ("aggregator", "attack")
 ID_LINE = "# fl-lightning run id: "
 MAX_LABEL = 80  # a longer label keeps its first options, the seed and the run id (every setting is in config.yaml)
 
@@ -144,7 +146,7 @@ def _short(value) -> str:
     return text.replace("/", "_").replace(" ", "")
 
 
-def _callback_label(path: str, init_args: dict) -> tuple[str, list[str]]:
+def _callback_label(path: str, init_args: dict, sort: bool = True) -> tuple[str, list[str]]:
     """``proximal`` and ``['mu=0.1']``: the class name and the init args that differ from their defaults."""
     cls = import_class(path)
     name = (cls.__name__ if cls is not None else path.rsplit(".", 1)[-1]).lower()
@@ -152,15 +154,25 @@ def _callback_label(path: str, init_args: dict) -> tuple[str, list[str]]:
     if cls is not None:
         defaults = {key: p.default for key, p in inspect.signature(cls.__init__).parameters.items()
                     if p.default is not inspect.Parameter.empty}
-    return name, [f"{key}={_short(value)}" for key, value in sorted(init_args.items())
-                  if key not in defaults or defaults[key] != value]
+    items = sorted(init_args.items()) if sort else init_args.items()
+    return name, [f"{key}={_short(value)}" for key, value in items if key not in defaults or defaults[key] != value]
+
+
+def _part_label(key: str, spec: Optional[dict]) -> list[str]:
+    """``['attack=SignFlip', 'fraction=0.3']``: a recorded part's class name and the options that differ from
+    its class's defaults; nothing for None (the default mean, no attack)."""
+    if not isinstance(spec, dict):
+        return []
+    name, given = _callback_label(str(spec["class_path"]), dict(spec.get("init_args") or {}), sort=False)
+    cls = import_class(str(spec["class_path"]))
+    return [f"{key}={cls.__name__ if cls is not None else name}", *given]
 
 
 def run_label(config: dict, algorithm: str, args: list[str]) -> str:
     """``<algorithm>[+callback ...][,option=value ...],seed=<seed>`` for the numeric callbacks and the model/data
     options given in ``args``; ``algorithm`` names the codec too (``algorithm_name``: topk, fedprox+topk).
     Data locations (root, cache_dir) never name a run."""
-    parts, seen, options = [algorithm], set(), []
+    parts, seen, options, labelled = [algorithm], set(), [], set()
     for path, init_args in numeric_callbacks(config):
         name, given = _callback_label(path, init_args)
         parts[0] += f"+{name}"
@@ -173,6 +185,11 @@ def run_label(config: dict, algorithm: str, args: list[str]) -> str:
         seen.add(key)
         top = rest.split(".")[0]
         if top in TAKES_EFFECT_AT_RESUME or (group == "data" and top in DATA_LOCATION):
+            continue
+        if group == "model" and top in RECORDED_PARTS:  # named by the part as recorded, however it was written
+            if top not in labelled:
+                labelled.add(top)
+                options += [word for word in _part_label(top, value_at(config, f"model.{top}")) if word not in options]
             continue
         path, words = key, key.split(".")
         owner = value_at(config, ".".join(words[:2]))

@@ -5,7 +5,7 @@ CSV or TensorBoard logger: the resumed fit logs to ``version_N`` again, not to a
 Lightning's CSV writer empties a folder's metrics.csv when it opens it, so the rows of the rounds the
 checkpoint holds are read before and written back first; the rows of later rounds (those a killed fit
 logged after its last checkpoint, which the resumed fit logs again) are dropped, in metrics.csv and in the
-per-round files (timeline.csv, pval_clients.csv, flower.csv).
+per-round files (timeline.csv, pval_clients.csv, flower.csv, clients.csv).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 FOLDER_LOGGERS = ("CSVLogger", "TensorBoardLogger")
-ROUND_FILES = ("timeline.csv", "pval_clients.csv", "flower.csv")  # a "round" column, 1-based
+ROUND_FILES = ("timeline.csv", "pval_clients.csv", "flower.csv", "clients.csv")  # a "round" column, 1-based
 
 
 def logger_roots(trainer_config) -> Iterator[tuple[str, dict, Path]]:
