@@ -10,6 +10,7 @@ import torch
 from fl_lightning.aggregation import (AGGREGATORS, Bulyan, CenteredClip, Krum, Median, MultiKrum, NormBound,
                                       RobustServer, TrimmedMean, resolve_aggregator)
 from fl_lightning.aggregation.received import ReceivedUploads, coverage_groups
+from fl_lightning.aggregation.server import BUCKET_STREAM
 from fl_lightning.attacks import ALIE, IPM, Gaussian, Scale, SignFlip
 from fl_lightning.attacks.alie import z_max
 from fl_lightning.attacks.base import NOISE_STREAM
@@ -288,3 +289,53 @@ def test_the_docs_name_every_aggregator_and_attack():
 
     page = (Path(__file__).resolve().parents[1] / "docs" / "robustness.md").read_text()
     assert [n for n in [*AGGREGATORS, *ATTACKS] if f"`{n}`" not in page] == []
+
+
+def test_bucketing_and_client_momentum_equal_a_plain_reimplementation_over_three_rounds():
+    """Centered clipping with client momentum β = 0.9 and buckets of 2 (Karimireddy et al. 2021/2022), 5 clients of
+    which client 4 flips its sign, over 3 rounds with a different cohort each round, against plain Python lists:
+    m_i ← β m_i + (1 − β) Δ_i for each reporting client, the attacker forges from its momentum, the uploads shuffled
+    (the server's seeded permutation) into buckets whose means the rule clips around its last output."""
+    rng = np.random.default_rng(7)
+    cohorts = [[0, 1, 2, 3, 4], [0, 2, 4], [1, 3, 4, 0]]
+    deltas = [{c: rng.normal(0.5, 1.0, size=4).tolist() for c in cohort} for cohort in cohorts]
+    rule = CenteredClip(tau=0.7, iterations=2, bucket=2, momentum=0.9)
+    server = RobustServer(rule, SignFlip(factor=3.0, clients=[4]))
+    server.malicious = {4}
+    momenta, v = {}, [0.0] * 4
+    for r, cohort in enumerate(cohorts):
+        server.configure_round(SimpleNamespace(round=r, clients=[SimpleNamespace(client_id=c) for c in cohort]))
+        received = server.received_sums({"delta": 4}, torch.device("cpu"))
+        for position, c in enumerate(cohort):
+            payload = Payload()
+            payload.add("delta", 0, torch.tensor(deltas[r][c]))
+            received.position = position
+            received.add(payload)
+        got = received.mean("delta")
+        rows = []
+        for c in cohort:  # by hand
+            old = momenta.get(c, [0.0] * 4)
+            momenta[c] = [0.9 * o + 0.1 * d for o, d in zip(old, deltas[r][c])]
+            rows.append([-3.0 * m for m in momenta[c]] if c == 4 else list(momenta[c]))
+        order = torch.randperm(len(cohort), generator=generator(derive_seed(BUCKET_STREAM, r, 0))).tolist()
+        buckets = [order[i:i + 2] for i in range(0, len(order), 2)]
+        means = [[sum(rows[i][k] for i in b) / len(b) for k in range(4)] for b in buckets]
+        weights = [len(b) / len(cohort) for b in buckets]
+        for _ in range(2):
+            step = [0.0] * 4
+            for w, mean in zip(weights, means):
+                diff = [m - c for m, c in zip(mean, v)]
+                scale = min(1.0, 0.7 / sum(d * d for d in diff) ** 0.5)
+                step = [s + w * scale * d for s, d in zip(step, diff)]
+            v = [c + s for c, s in zip(v, step)]
+        torch.testing.assert_close(got, torch.tensor(v), atol=1e-6, rtol=0)
+    assert set(server.state_dict()["momenta"]) == {0, 1, 2, 3, 4}
+
+
+def test_bucketing_needs_enough_bucket_means_for_the_rule():
+    assert Krum(f=1, bucket=2).inputs(9) == 5 and Krum(f=1, bucket=2).serves(9)
+    assert Krum(f=1, bucket=2).group_refusal(8, "a round of S=8 uploads").args[0] == (
+        "model.aggregator: krum(f=1, bucket=2) needs at least 5 inputs (bucket means of 2) per group, but a round of "
+        "S=8 uploads has 4; raise model.clients_per_round, use fewer blocks or lower its f")
+    assert resolve_aggregator({"class_path": "mean", "init_args": {"bucket": 2}}) is not None  # not the plain mean
+    assert resolve_aggregator("mean") is None

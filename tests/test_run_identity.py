@@ -204,3 +204,17 @@ def test_a_logger_name_given_keeps_the_label_level_resumes_there_and_reports(cap
     assert "2 runs in 2 groups" in capsys.readouterr().out
     assert fit("--trainer.max_epochs", "1", *mine, "--trainer.logger.init_args.version", "first") == 0
     assert os.path.isfile("runs/mine/first/metrics.csv")
+
+
+def test_an_aggregator_or_attack_is_labelled_by_its_record_however_it_was_written():
+    record = {"class_path": "fl_lightning.attacks.sign_flip.SignFlip", "init_args": {"fraction": 0.3, "factor": 1.0}}
+    config = {"seed_everything": 0, "model": {"attack": record, "aggregator": None}}
+    by_options = ["--model.attack", "fl_lightning.attacks.sign_flip.SignFlip", "--model.attack.fraction", "0.3",
+                  "--model.aggregator", "mean"]
+    as_json = ["--model.attack", '{"class_path": "sign_flip", "init_args": {"fraction": 0.3}}']
+    assert run_label(config, "fedavg", by_options) == run_label(config, "fedavg", as_json) == \
+        "fedavg,attack=SignFlip,fraction=0.3,seed=0"
+    config["model"]["aggregator"] = {"class_path": "fl_lightning.aggregation.krum.Krum",
+                                     "init_args": {"f": 1, "bucket": 2}}
+    assert run_label(config, "fedavg", ["--model.aggregator", "krum", "--model.aggregator.bucket", "2"]) == \
+        "fedavg,aggregator=Krum,bucket=2,seed=0"

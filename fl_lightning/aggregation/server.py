@@ -84,6 +84,7 @@ class RobustServer(FLCallback):
     def on_train_start(self, trainer, pl_module) -> None:
         if self.attack is None or self.attack.forges_uploads or self._flipped is not None:
             return
+        trainer.datamodule.fingerprint()  # the data's identity (checkpoints, resume) is the data as given, unflipped
         clients = trainer.datamodule.clients  # a data attack: the malicious clients' labels, flipped for the fit
         original = clients.y.clone()
         classes = int(getattr(trainer.datamodule, "num_classes", 0) or int(original.max()) + 1)
