@@ -11,10 +11,18 @@ the server then steps exactly as ``fl-lightning fit`` does, whose command for th
     python examples/federate_a_lightning_script.py --algorithm fedbcgd --algorithm.num_blocks 2 --rounds 3 \\
         --save global.pt
     python examples/federate_a_lightning_script.py --plain                          # the original, centralised
+
+Every registered algorithm runs with its defaults: 4 clients a round, or one per block where a block algorithm has
+more blocks (FedBCGD's default 5: 5 clients, said on the first line). The clients' Trainers print nothing of their
+own (``--verbose`` shows Lightning's lines).
 """
 import argparse
 import ast
+import logging
+import os
 import sys
+import typing
+import warnings
 
 import lightning.pytorch as L
 import torch
@@ -24,8 +32,10 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from fl_lightning import FederatedDataModule  # + FL: the clients' shards (fl-lightning's partition of digits)
+from fl_lightning.algorithms import create
 from fl_lightning.assembly.outside import InProcessServer  # + FL
 from fl_lightning.errors import FLUserError
+from fl_lightning.federation.blocks import partition_for
 
 NUM_CLIENTS, PER_ROUND, BATCH = 4, 4, 32
 
@@ -59,41 +69,58 @@ def datasets():
     return TensorDataset(x[:1500], y[:1500]), TensorDataset(x[1500:], y[1500:])
 
 
-def trainer(**kwargs):
-    return L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+def trainer(epochs=1, **kwargs):
+    return L.Trainer(max_epochs=epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                      enable_model_summary=False, **kwargs)
 
 
-def fit_command(algorithm: str, options: dict, rounds: int, seed: int) -> str:
+def cohort(algorithm: str, options: dict) -> tuple[int, int]:
+    """(clients, clients a round): 4 and 4, or one client a round per block where the algorithm has more blocks."""
+    base, _ = create(algorithm)
+    division = partition_for(LitClassifier(), type(base)(**options))  # the blocks FedBCGD & co. would use
+    per_round = max(PER_ROUND, division.num_blocks if division is not None else 0)
+    return max(NUM_CLIENTS, per_round), per_round
+
+
+def fit_command(algorithm: str, options: dict, rounds: int, seed: int, clients: int, per_round: int) -> str:
     """The ``fl-lightning fit`` that trains the same clients on the same batches to the same global model."""
     chosen = " ".join(f"--model.algorithm.{key} {value}" for key, value in options.items())
     return (f"PYTHONPATH=examples fl-lightning fit --seed_everything {seed} --trainer.max_epochs {rounds} "
-            f"--data.dataset digits --data.num_clients {NUM_CLIENTS} "
+            f"--data.dataset digits --data.num_clients {clients} "
             f"--model.network federate_a_lightning_script.LitClassifier --model.local_optimizer network "
-            f"--model.algorithm {algorithm} {chosen} --model.clients_per_round {PER_ROUND} --model.local_epochs 1 "
+            f"--model.algorithm {algorithm} {chosen} --model.clients_per_round {per_round} --model.local_epochs 1 "
             f"--model.batch_size {BATCH} --model.lr_decay 1".replace("  ", " "))
 
 
-def main(plain=False, rounds=5, algorithm="fedavg", options=None, save=None, seed=0) -> float:
+def main(plain=False, rounds=5, algorithm="fedavg", options=None, save=None, seed=0, verbose=False) -> float:
     L.seed_everything(seed, verbose=False)
+    for name in ("lightning.pytorch", "pytorch_lightning"):  # the clients' Trainers print nothing of their own
+        logging.getLogger(name).setLevel(logging.INFO if verbose else logging.WARNING)
+    if not verbose:  # (a client's fit has no validation data by design; Lightning's own deprecation on a newer torch)
+        warnings.filterwarnings("ignore", message=r"You defined a `validation_step` but have no `val_dataloader`")
+        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
     train, val = datasets()
     model = LitClassifier()
     if plain:
         trainer().fit(model, DataLoader(train, batch_size=BATCH, shuffle=True))
     else:
-        data = FederatedDataModule("digits", num_clients=NUM_CLIENTS)  # + FL: client i's shard is its partition
+        options = options or {}
+        clients, per_round = cohort(algorithm, options)
+        if per_round != PER_ROUND:
+            print(f"{algorithm}: {per_round} clients a round (one per block), {clients} clients")
+        data = FederatedDataModule("digits", num_clients=clients)  # + FL: client i's shard is its partition
         data.setup("fit")  # + FL
-        shards = [TensorDataset(*data.clients.of(i)) for i in range(NUM_CLIENTS)]  # + FL
-        server = InProcessServer(model, algorithm={"name": algorithm, **(options or {})}, clients=NUM_CLIENTS,  # + FL
-                                 per_round=PER_ROUND, seed=seed)  # + FL
+        shards = [TensorDataset(*data.clients.of(i)) for i in range(clients)]  # + FL
+        server = InProcessServer(model, algorithm={"name": algorithm, **options}, clients=clients,  # + FL
+                                 per_round=per_round, seed=seed, local_epochs=1)  # + FL
         for _ in range(rounds):  # + FL: communication rounds
             for job in server.round():  # + FL: the sampled clients (each on its own node in a deployment)
                 shard = shards[job.client_id]  # + FL
-                trainer(callbacks=[job.callback]).fit(model, DataLoader(shard, batch_size=BATCH,
-                                                                        sampler=job.sampler(shard)))  # + FL
+                trainer(job.epochs, callbacks=[job.callback]).fit(model, DataLoader(shard, batch_size=BATCH,
+                                                                                    sampler=job.sampler(shard)))  # + FL
         model.load_state_dict(server.global_state())  # + FL: the global model
         torch.save(server.global_state(), save) if save else None  # + FL: --save PATH
-        print("same numbers:", fit_command(algorithm, options or {}, rounds, seed))  # + FL
+        print("same numbers:", fit_command(algorithm, options, rounds, seed, clients, per_round))  # + FL
     (metrics,) = trainer().validate(model, DataLoader(val, batch_size=100), verbose=False)
     return metrics["val_acc"]
 
@@ -103,10 +130,17 @@ def parse(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plain", action="store_true")
     parser.add_argument("--algorithm", default="fedavg")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--save")
+    parser.add_argument("--rounds", type=int, default=5, help="communication rounds, at least 1")
+    parser.add_argument("--save", help="where the global model is saved (its folder must exist and be writable)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--verbose", action="store_true", help="each client Trainer's own lines")
     known, rest = parser.parse_known_args(argv)
+    if known.rounds < 1:
+        parser.error(f"--rounds: got {known.rounds}; needs at least 1 round")
+    folder = os.path.dirname(os.path.abspath(known.save)) if known.save else None
+    if folder is not None and not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
+        parser.error(f"--save: the folder {folder} {'is not writable' if os.path.isdir(folder) else 'does not exist'}; "
+                     "give a path in a writable folder")
     options = {}
     for flag, value in zip(rest[::2], rest[1::2]):
         if not flag.startswith("--algorithm."):
@@ -117,6 +151,18 @@ def parse(argv=None) -> dict:
             options[flag[len("--algorithm."):]] = value
     if len(rest) % 2:
         parser.error(f"{rest[-1]} needs a value")
+    try:  # the options' names and types, before any training
+        base, _ = create(known.algorithm)
+        hints = typing.get_type_hints(type(base).__init__)
+        for key, value in options.items():
+            wanted = set(typing.get_args(hints.get(key)) or (hints.get(key),))
+            if isinstance(value, str) and wanted & {int, float} and str not in wanted:
+                parser.error(f"--algorithm.{key}: takes a number, got {value!r}")
+        type(base)(**options)
+    except FLUserError as error:
+        parser.error(str(error))
+    except (TypeError, ValueError) as error:
+        parser.error(f"--algorithm.*: {error}; `fl-lightning algorithms {known.algorithm}` lists its options")
     return dict(vars(known), options=options)
 
 

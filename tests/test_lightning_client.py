@@ -2,6 +2,7 @@
 own Trainer (either namespace) end with ``fl-lightning fit``'s global model, bit for bit (same data, partition,
 seed, batch order and local SGD); the server's state resumes exactly; bad use is one line."""
 import copy
+import os
 import subprocess
 import sys
 import textwrap
@@ -256,3 +257,66 @@ def test_the_example_prints_the_fit_command_that_gives_its_numbers(tmp_path, mon
     fitted = torch.load(checkpoint, weights_only=True, map_location="cpu")["state_dict"]
     for name, value in torch.load(tmp_path / "global.pt").items():
         assert torch.equal(fitted[f"net.{name}"], value), name
+
+
+def load_example():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("federate_a_lightning_script",
+                                                  REPO / "examples" / "federate_a_lightning_script.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    return example
+
+
+def test_the_example_runs_every_registered_algorithm_with_its_defaults(capsys):
+    """One round each: every algorithm trains, with the cohort it can serve (FedBCGD's default 5 blocks: 5 clients a
+    round, said); the two that cannot run on a user's Trainer with this network refuse in one line."""
+    from fl_lightning.algorithms.base import REGISTRY
+
+    example = load_example()
+    refused = {}
+    for name in REGISTRY:
+        try:
+            assert 0.0 <= example.main(**example.parse(["--algorithm", name, "--rounds", "1"])) <= 1.0
+        except FLUserError as error:
+            refused[name] = str(error).split(":")[0]
+    assert refused == {"fedbn": "model.algorithm", "centralized": "InProcessServer(algorithm=...)"}
+    out = capsys.readouterr().out
+    assert "fedbcgd: 5 clients a round (one per block), 5 clients" in out
+    assert "GPU available" not in out and "Tip" not in out
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--rounds", "0"], "--rounds: got 0; needs at least 1 round"),
+    (["--rounds", "-2"], "--rounds: got -2; needs at least 1 round"),
+    (["--save", "/no/such/folder/global.pt"], "--save: the folder /no/such/folder does not exist; give a path in a "
+                                               "writable folder"),
+    (["--algorithm", "fedbcgd", "--algorithm.num_blocks", "abc"], "--algorithm.num_blocks: takes a number, got 'abc'"),
+])
+def test_the_example_refuses_bad_options_before_training(args, line, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        load_example().parse(args)
+    assert exit_.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1].endswith(f"error: {line}")
+
+
+def test_the_readmes_example_command_runs_as_written_quietly(tmp_path):
+    """README's tour, item 5: `python examples/federate_a_lightning_script.py --algorithm fedbcgd` (its 5 rounds)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, str(REPO / "examples" / "federate_a_lightning_script.py"), "--algorithm",
+                           "fedbcgd"], capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert lines[0] == "fedbcgd: 5 clients a round (one per block), 5 clients" and lines[-1].startswith("val_acc ")
+    assert len(lines) == 3 and "--model.clients_per_round 5" in lines[1] and done.stderr.strip() == ""
+
+
+def test_a_comm_meter_prints_what_it_counts():
+    from fl_lightning.federation.messages import CommMeter
+
+    meter = CommMeter(100)
+    meter.add_round([400, 400, 0], [400, 400, 400], clients_dropped=1)
+    assert repr(meter) == ("CommMeter(upload_d=0.6667, upload_bytes=800, download_bytes=1,200, last round: 2 reported, "
+                           "1 dropped)")

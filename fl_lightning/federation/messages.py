@@ -189,6 +189,11 @@ class CommMeter:
         per_client_floats = self.round_upload_bytes / self.FLOAT_BYTES / max(len(upload_bytes), 1)  # Poisson: may be none
         self.upload_d += per_client_floats / self.num_params
 
+    def __repr__(self) -> str:
+        return (f"CommMeter(upload_d={self.upload_d:.4f}, upload_bytes={self.upload_bytes:,}, "
+                f"download_bytes={self.download_bytes:,}, last round: {self.clients_reported} reported, "
+                f"{self.clients_dropped} dropped)")
+
     def metrics(self) -> dict[str, float]:
         return {
             "comm/upload_d": self.upload_d,
