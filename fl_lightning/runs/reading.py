@@ -78,6 +78,28 @@ def read_curve(versions: list[Path]) -> list[dict]:
     return [by_round[r] for r in sorted(by_round)]
 
 
+def unfinished(versions: list[Path], curve: list[dict]) -> Optional[str]:
+    """``rounds 4/10, unfinished`` for a run that did not end — its newest piece still holds ``.fit.lock`` (its fit
+    runs, or was killed), or it logged fewer rounds than its config.yaml plans and no budget (``model.max_upload_d``,
+    the privacy ε budget) stopped it; None for a finished run (or one without a config.yaml to tell)."""
+    from fl_lightning.runs.leftovers import LOCK
+
+    config_path = versions[-1] / "config.yaml"
+    config = (yaml.safe_load(config_path.read_text()) or {}) if config_path.is_file() else {}
+    planned = (config.get("trainer") or {}).get("max_epochs")
+    done = int(curve[-1]["round"]) if curve else 0
+    shown = f"rounds {done}/{planned}" if isinstance(planned, int) and planned > 0 else f"rounds {done}"
+    if (versions[-1] / LOCK).is_file():
+        return f"{shown}, unfinished"
+    model = config.get("model") or {}
+    budget = model.get("max_upload_d")
+    stopped = (budget is not None and curve and curve[-1].get("comm/upload_d", 0) >= budget - 1e-6) or \
+        (model.get("privacy") or {}).get("epsilon_budget") is not None
+    if isinstance(planned, int) and 0 < planned and done < planned and not stopped and config:
+        return f"{shown}, unfinished"
+    return None
+
+
 def read_settings(versions: list[Path]) -> Optional[dict]:
     """The run's identity settings (fl_lightning.runs.identity: model, data less paths, the Trainer's
     arithmetic and numeric callbacks) from its config.yaml (newest piece), flattened to dotted keys;

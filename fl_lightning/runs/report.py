@@ -1,4 +1,4 @@
-"""``fl-lightning report RUNS... --target ACC [--out PREFIX]``: runs → the paper's tables and plots.
+"""``fl-lightning report RUNS... [--target ACC] [--out PREFIX]``: runs → the paper's tables and plots.
 
 A run is a directory with ``version_N/metrics.csv``, or one ``version_N`` directory given itself, or a folder
 with its own metrics.csv (a W&B run's ``<save_dir>/<project>/<id>``).
@@ -6,7 +6,10 @@ A resumed run writes several versions: they are read as one curve (a later versi
 replacing an earlier one's for the same round) only when they are the same run — the same run id
 at the top of their config.yaml (fl_lightning.runs.identity; for older runs, the same settings);
 otherwise the report stops with one line naming them. validate/test outputs (no rounds) are
-ignored and named. Runs are grouped by every model and data setting in their ``config.yaml``
+ignored and named. A run that did not end (its fit still holds ``.fit.lock``, or it logged fewer rounds than planned
+and no budget stopped it) is left out with one line naming it (``rounds 4/10, unfinished``); with
+``--unfinished include`` it is kept and its group's label says so. Without ``--target`` the table gives the final
+and best accuracy (no floats to target). Runs are grouped by every model and data setting in their ``config.yaml``
 that differs between them, except the seed; per group: mean ± sample std over seeds of the final and best val/acc and of the floats
 to reach the target, as Markdown, CSV and LaTeX (groups as rows, the paper's "acc ± std (d)"),
 and a PNG of val/acc against comm/upload_d — mean line, band of ± one std over seeds.
@@ -32,7 +35,7 @@ from fl_lightning.errors import ConfigError, check_accuracy
 from fl_lightning.runs.baselines import LOCAL_KEYS, PRIOR_KEYS, add_baselines
 from fl_lightning.runs.figures import AXES, X_AXES, colour_of, finish
 from fl_lightning.runs.reading import (check_one_run, find_runs, is_fit, merge_note, numeric_order,  # noqa: F401
-                                       read_curve, read_settings, version_id, version_number)
+                                       read_curve, read_settings, unfinished, version_id, version_number)
 from fl_lightning.runs.pval_histogram import write_histogram
 
 
@@ -60,22 +63,23 @@ def floats_to_target(evaluated: list[dict], target: float, window: int, x_key: s
     return first, sustained
 
 
-def summarise(curve: list[dict], target: float, window: int, budgets: list[float], metric: str = "val/acc",
+def summarise(curve: list[dict], target: Optional[float], window: int, budgets: list[float], metric: str = "val/acc",
               mode: str = "max") -> dict:
     evaluated, c, best = [r for r in curve if metric in r], column(metric), min if mode == "min" else max
-    first, sustained = floats_to_target(evaluated, target, window, metric=metric, mode=mode)
+    first, sustained = floats_to_target(evaluated, target, window, metric=metric, mode=mode) if target is not None \
+        else (math.nan, math.nan)
     if curve[-1]["comm/upload_d"] == 0:  # uploads nothing (centralised SGD): no floats to count
         first = sustained = math.nan
     summary = {"rounds": curve[-1]["round"], "upload_d_total": curve[-1]["comm/upload_d"],
                f"final_{c}": evaluated[-1][metric], f"best_{c}": best(r[metric] for r in evaluated),
-               "d_to_target_first": first, "d_to_target_sustained": sustained}
+               **({"d_to_target_first": first, "d_to_target_sustained": sustained} if target is not None else {})}
     for budget in budgets:
         within = [r for r in evaluated if r["comm/upload_d"] <= budget + 1e-9]
         reached = evaluated[-1]["comm/upload_d"] >= budget - 1e-6
         summary[f"{'acc' if c == 'val_acc' else c}_at_{budget:g}d"] = within[-1][metric] if within and reached else math.nan
         if "train/objective" in evaluated[-1]:
             summary[f"objective_at_{budget:g}d"] = within[-1]["train/objective"] if within and reached else math.nan
-    if "time/sim_s" in evaluated[-1]:  # simulated seconds to the target, first and sustained
+    if "time/sim_s" in evaluated[-1] and target is not None:  # simulated seconds to the target, first and sustained
         summary["sim_s_to_target_first"], summary["sim_s_to_target_sustained"] = floats_to_target(
             evaluated, target, window, "time/sim_s", metric, mode)
     if "train/objective" in evaluated[-1]:
@@ -203,12 +207,13 @@ def check_same_privacy(label: str, summaries: list[dict]) -> None:
                           "average them: report them separately (other run folders, or --label dir)")
 
 
-def table(groups: dict[str, list[dict]], target: float, window: int, budgets: list[float],
+def table(groups: dict[str, list[dict]], target: Optional[float], window: int, budgets: list[float],
           metric: str = "val/acc") -> list[dict]:
     rows, c = [], column(metric)
     for label, summaries in groups.items():
         row = {"group": label, "seeds": len(summaries)}
-        keys = [f"final_{c}", f"best_{c}", "d_to_target_first", "d_to_target_sustained", "upload_d_total",
+        to_target = ["d_to_target_first", "d_to_target_sustained"] if target is not None else []
+        keys = [f"final_{c}", f"best_{c}", *to_target, "upload_d_total",
                 *(f"{'acc' if c == 'val_acc' else c}_at_{b:g}d" for b in budgets)]
         if "final_train_objective" in summaries[0]:
             keys += [f"objective_at_{b:g}d" for b in budgets] + ["final_train_objective"]
@@ -225,16 +230,17 @@ def table(groups: dict[str, list[dict]], target: float, window: int, budgets: li
             row[key], row[f"{key}_std"] = mean_std([s[key] for s in summaries])
         if "sampling" in summaries[0]:
             row["sampling"] = summaries[0]["sampling"]
-        reached = sum(math.isfinite(s["d_to_target_sustained"]) for s in summaries)
-        if c == "val_acc":  # the paper's cell is an accuracy in %
-            row[f"paper_style_{target:g}"] = paper_cell((row[f"final_{c}"], row[f"final_{c}_std"]),
-                                                        row["d_to_target_sustained"])
-        row["reached_sustained"] = f"{reached}/{len(summaries)}"
+        if target is not None:
+            reached = sum(math.isfinite(s["d_to_target_sustained"]) for s in summaries)
+            if c == "val_acc":  # the paper's cell is an accuracy in %
+                row[f"paper_style_{target:g}"] = paper_cell((row[f"final_{c}"], row[f"final_{c}_std"]),
+                                                            row["d_to_target_sustained"])
+            row["reached_sustained"] = f"{reached}/{len(summaries)}"
         rows.append(row)
     return rows
 
 
-def write_tables(rows: list[dict], out: Path, target: float, window: int, mode: str = "max") -> str:
+def write_tables(rows: list[dict], out: Path, target: Optional[float], window: int, mode: str = "max") -> str:
     out.parent.mkdir(parents=True, exist_ok=True)
     fields = list(dict.fromkeys(key for row in rows for key in row))  # every group's columns, first seen first
     with open(out.with_suffix(".csv"), "w", newline="") as f:
@@ -252,8 +258,9 @@ def write_tables(rows: list[dict], out: Path, target: float, window: int, mode: 
         std = row.get(f"{key}_std", math.nan)
         return fmt(value) + ("" if math.isnan(std) or math.isinf(value) or math.isnan(value) else f" ± {fmt(std)}")
 
-    header = (f"target {target:g}; floats in d; sustained = running mean of the last {window} evaluations stays {'≤' if mode == 'min' else '≥'} "
-              "target; mean ± sample std over seeds")
+    header = (f"target {target:g}; floats in d; sustained = running mean of the last {window} evaluations stays "
+              f"{'≤' if mode == 'min' else '≥'} target; mean ± sample std over seeds" if target is not None else
+              "floats in d; final and best over each run's evaluations; mean ± sample std over seeds")
     lines = ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
     lines += ["| " + " | ".join(cell(r, k) for k in shown) + " |" for r in rows]
     markdown = "\n".join(lines) + f"\n\n({header})\n"
@@ -266,7 +273,7 @@ def write_tables(rows: list[dict], out: Path, target: float, window: int, mode: 
     return markdown
 
 
-def plot(curves: dict[str, list[list[dict]]], out: Path, target: float, title: str, x_key: str = "comm/upload_d",
+def plot(curves: dict[str, list[list[dict]]], out: Path, target: Optional[float], title: str, x_key: str = "comm/upload_d",
          metric: str = "val/acc") -> None:
     """Mean ± std over seeds of val/acc (and the training objective) against ``x_key``: floats uploaded,
     rounds or wall time; one colour per algorithm, line styles for its variants."""
@@ -303,7 +310,8 @@ def plot(curves: dict[str, list[list[dict]]], out: Path, target: float, title: s
                 std = values.std(0, ddof=1)
                 ax.fill_between(grid, values.mean(0) - std, values.mean(0) + std, color=line.get_color(), alpha=0.2)
     axes[0][0].set(xlabel=AXES[x_key], ylabel=AXES.get(metric, metric), title=title)
-    axes[0][0].axhline(target, color="grey", lw=0.8, ls="--", label=f"target {target:g}")
+    if target is not None:
+        axes[0][0].axhline(target, color="grey", lw=0.8, ls="--", label=f"target {target:g}")
     for ax, key in zip(axes[0][1:], extras):
         ax.set(xlabel=AXES[x_key], ylabel=AXES[key], **({"yscale": "log"} if key == "train/objective" else {}))
     finish(fig, axes[0], str(out))
@@ -313,7 +321,10 @@ def plot(curves: dict[str, list[list[dict]]], out: Path, target: float, title: s
 def main(args: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="fl-lightning report", description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run directories, or folders holding them")
-    parser.add_argument("--target", type=float, required=True, help="target val/acc (or --metric), e.g. 0.7")
+    parser.add_argument("--target", type=float, help="target val/acc (or --metric), e.g. 0.7: floats to reach it "
+                        "(without: final and best only)")
+    parser.add_argument("--unfinished", choices=("leave-out", "include"), default="leave-out",
+                        help="runs that did not end: left out with one line each (default), or kept, marked")
     parser.add_argument("--metric", default="val/acc", help="any logged evaluation metric (default val/acc)")
     parser.add_argument("--mode", choices=("min", "max"), help="min: lower is better (a loss); default max")
     parser.add_argument("--out", type=Path, default=Path("report"), help="output prefix (.md, .csv, .tex, .png)")
@@ -326,7 +337,8 @@ def main(args: list[str]) -> int:
                         help="name groups by the settings that differ (default) or by run directory")
     options = parser.parse_args(args)
     if options.metric == "val/acc":
-        check_accuracy("report --target", options.target)
+        if options.target is not None:
+            check_accuracy("report --target", options.target)
     elif options.mode is None:
         raise ConfigError("report --mode", f"say whether {options.metric} is better low (min, e.g. a loss) or "
                           "high (max)")
@@ -335,7 +347,7 @@ def main(args: list[str]) -> int:
         if not path.exists():
             raise ConfigError("report", f"{path}: no such directory")
     budgets = [float(b) for b in options.at_d.split(",") if b]
-    curves, skipped = {}, []
+    curves, skipped, marks = {}, [], {}
     runs, ignored = find_runs(options.runs)
     for run, versions in runs.items():
         check_one_run(run, versions)
@@ -345,7 +357,13 @@ def main(args: list[str]) -> int:
         if not any(metric in r for r in curve):
             skipped.append(f"{run}: no {metric} logged")
             continue
+        mark = unfinished(versions, curve)
+        if mark is not None and options.unfinished == "leave-out":
+            print(f"fl-lightning report: left out {run} ({mark}; --unfinished include shows it, marked)")
+            continue
         curves[run] = curve
+        if mark is not None:
+            marks[run] = mark
     for line in skipped:
         print(f"fl-lightning report: skipped {line}")
     if ignored:
@@ -355,6 +373,8 @@ def main(args: list[str]) -> int:
                           "(a run is a folder with version_N/metrics.csv, or a W&B run's folder with metrics.csv)")
     settings = {run: read_settings(runs[run]) for run in curves}
     groups = group_runs(settings, by_dir=options.label == "dir")
+    groups = {label + "".join(f" [{marks[r]}]" for r in members if r in marks): members
+              for label, members in groups.items()}
     summaries = {label: [summarise(curves[r], options.target, options.window, budgets, metric, mode) for r in runs]
                  for label, runs in groups.items()}
     for line in add_baselines({label: [(runs[r], settings[r]) for r in members] for label, members in groups.items()},
