@@ -60,5 +60,8 @@ def summary(trainer: pl.Trainer, module) -> str:
     for callback in module.fl_callbacks:  # e.g. client-level DP's ε, δ, sampling and, near chance, a hint
         shown += callback.summary(value("val/acc"), value("val/loss"), getattr(trainer.datamodule, "num_classes", 0))
     shown += getattr(trainer.datamodule, "eval_note", lambda: "")()  # data.eval_samples: on how many images
+    label = os.path.basename(os.path.dirname(os.path.abspath(folder)))
+    cut = f" (a label past 80 characters ends with the run id {module.run_id}: every setting is in its config.yaml)" \
+        if module.run_id and label.endswith(f",{module.run_id}") else ""
     return (f"fl-lightning: {trainer.current_epoch} {steps_word(module)}, final {shown}, comm/upload_d {module.loop.comm.upload_d:.2f}, run dir "
-            f"{os.path.abspath(folder)}")
+            f"{os.path.abspath(folder)}{cut}")
