@@ -197,7 +197,8 @@ class RobustServer(FLCallback):
         return out
 
     def files(self) -> list[tuple[str, tuple, list[dict]]]:
-        return [(CLIENTS_FILE, CLIENTS_COLUMNS, self._rows)]
+        rows, self._rows = self._rows, []  # each round's rows once
+        return [(CLIENTS_FILE, CLIENTS_COLUMNS, rows)]
 
     def summary(self, accuracy, loss, classes) -> str:
         if self.attack is None:

@@ -144,6 +144,7 @@ def check_every_point(runs: list[tuple[str, list[str]]]) -> list[dict]:
     import contextlib
     import io
 
+    from fl_lightning.aggregation import settle_config
     from fl_lightning.cli.lightning_cli import FederatedCLI, argument_error
     from fl_lightning.module_options import check_module_options, resolve
 
@@ -163,6 +164,7 @@ def check_every_point(runs: list[tuple[str, list[str]]]) -> list[dict]:
         configs.append(yaml.safe_load(printed.getvalue()) or {})
         model = configs[-1].get("model") or {}
         try:
+            settle_config(model, command)  # the aggregator and attack as a fit records them (its run id)
             resolve(model.get("algorithm"), model.get("compression"))
             check_module_options({k: v for k, v in model.items() if not isinstance(v, dict)})
         except ConfigError as err:
