@@ -11,6 +11,7 @@ the server then steps exactly as ``fl-lightning fit`` does, whose command for th
     python examples/federate_a_lightning_script.py --algorithm fedbcgd --algorithm.num_blocks 2 --rounds 3 \\
         --save global.pt
     python examples/federate_a_lightning_script.py --plain                          # the original, centralised
+    python examples/federate_a_lightning_script.py --aggregator median --attack sign_flip --attack.fraction 0.5
 
 Every registered algorithm runs with its defaults: 4 clients a round, or one per block where a block algorithm has
 more blocks (FedBCGD's default 5: 5 clients, said on the first line). The clients' Trainers print nothing of their
@@ -82,17 +83,24 @@ def cohort(algorithm: str, options: dict) -> tuple[int, int]:
     return max(NUM_CLIENTS, per_round), per_round
 
 
-def fit_command(algorithm: str, options: dict, rounds: int, seed: int, clients: int, per_round: int) -> str:
+def part_flags(kind: str, name, options: dict) -> str:
+    """``--model.attack sign_flip --model.attack.fraction 0.5``: a part as fit's command line names it."""
+    return " ".join([f"--model.{kind} {name}"] + [f"--model.{kind}.{k} {v}" for k, v in options.items()]) if name else ""
+
+
+def fit_command(algorithm: str, options: dict, rounds: int, seed: int, clients: int, per_round: int,
+                robust: str = "") -> str:
     """The ``fl-lightning fit`` that trains the same clients on the same batches to the same global model."""
     chosen = " ".join(f"--model.algorithm.{key} {value}" for key, value in options.items())
     return (f"PYTHONPATH=examples fl-lightning fit --seed_everything {seed} --trainer.max_epochs {rounds} "
             f"--data.dataset digits --data.num_clients {clients} "
             f"--model.network federate_a_lightning_script.LitClassifier --model.local_optimizer network "
             f"--model.algorithm {algorithm} {chosen} --model.clients_per_round {per_round} --model.local_epochs 1 "
-            f"--model.batch_size {BATCH} --model.lr_decay 1".replace("  ", " "))
+            f"--model.batch_size {BATCH} --model.lr_decay 1 {robust}".strip().replace("  ", " "))
 
 
-def main(plain=False, rounds=5, algorithm="fedavg", options=None, save=None, seed=0, verbose=False) -> float:
+def main(plain=False, rounds=5, algorithm="fedavg", options=None, save=None, seed=0, verbose=False, aggregator=None,
+         attack=None, parts=None) -> float:
     L.seed_everything(seed, verbose=False)
     for name in ("lightning.pytorch", "pytorch_lightning"):  # the clients' Trainers print nothing of their own
         logging.getLogger(name).setLevel(logging.INFO if verbose else logging.WARNING)
@@ -111,8 +119,11 @@ def main(plain=False, rounds=5, algorithm="fedavg", options=None, save=None, see
         data = FederatedDataModule("digits", num_clients=clients)  # + FL: client i's shard is its partition
         data.setup("fit")  # + FL
         shards = [TensorDataset(*data.clients.of(i)) for i in range(clients)]  # + FL
+        parts = parts or {"aggregator": {}, "attack": {}}  # their options (--aggregator.OPTION, --attack.OPTION)
+        robust = {kind: {"class_path": name, "init_args": parts[kind]} if name else None
+                  for kind, name in (("aggregator", aggregator), ("attack", attack))}
         server = InProcessServer(model, algorithm={"name": algorithm, **options}, clients=clients,  # + FL
-                                 per_round=per_round, seed=seed, local_epochs=1)  # + FL
+                                 per_round=per_round, seed=seed, local_epochs=1, **robust)  # + FL
         for _ in range(rounds):  # + FL: communication rounds
             for job in server.round():  # + FL: the sampled clients (each on its own node in a deployment)
                 shard = shards[job.client_id]  # + FL
@@ -120,7 +131,9 @@ def main(plain=False, rounds=5, algorithm="fedavg", options=None, save=None, see
                                                                                     sampler=job.sampler(shard)))  # + FL
         model.load_state_dict(server.global_state())  # + FL: the global model
         torch.save(server.global_state(), save) if save else None  # + FL: --save PATH
-        print("same numbers:", fit_command(algorithm, options, rounds, seed, clients, per_round))  # + FL
+        flags = " ".join(part_flags(kind, name, parts[kind]) for kind, name in (("aggregator", aggregator),
+                                                                                ("attack", attack)))
+        print("same numbers:", fit_command(algorithm, options, rounds, seed, clients, per_round, flags))  # + FL
     (metrics,) = trainer().validate(model, DataLoader(val, batch_size=100), verbose=False)
     return metrics["val_acc"]
 
@@ -134,6 +147,8 @@ def parse(argv=None) -> dict:
     parser.add_argument("--save", help="where the global model is saved (its folder must exist and be writable)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--verbose", action="store_true", help="each client Trainer's own lines")
+    parser.add_argument("--aggregator", help="a robust rule, as fit's --model.aggregator (docs/robustness.md)")
+    parser.add_argument("--attack", help="malicious clients, as fit's --model.attack (an upload attack)")
     known, rest = parser.parse_known_args(argv)
     if known.rounds < 1:
         parser.error(f"--rounds: got {known.rounds}; needs at least 1 round")
@@ -141,14 +156,16 @@ def parse(argv=None) -> dict:
     if folder is not None and not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
         parser.error(f"--save: the folder {folder} {'is not writable' if os.path.isdir(folder) else 'does not exist'}; "
                      "give a path in a writable folder")
-    options = {}
+    options, parts = {}, {"aggregator": {}, "attack": {}}
     for flag, value in zip(rest[::2], rest[1::2]):
-        if not flag.startswith("--algorithm."):
+        kind, _, key = flag[2:].partition(".")
+        if not flag.startswith("--") or kind not in ("algorithm", "aggregator", "attack") or not key:
             parser.error(f"unknown option {flag}")
         try:
-            options[flag[len("--algorithm."):]] = ast.literal_eval(value)
+            value = ast.literal_eval(value)
         except (ValueError, SyntaxError):
-            options[flag[len("--algorithm."):]] = value
+            pass
+        (options if kind == "algorithm" else parts[kind])[key] = value
     if len(rest) % 2:
         parser.error(f"{rest[-1]} needs a value")
     try:  # the options' names and types, before any training
@@ -163,7 +180,7 @@ def parse(argv=None) -> dict:
         parser.error(str(error))
     except (TypeError, ValueError) as error:
         parser.error(f"--algorithm.*: {error}; `fl-lightning algorithms {known.algorithm}` lists its options")
-    return dict(vars(known), options=options)
+    return dict(vars(known), options=options, parts=parts)
 
 
 if __name__ == "__main__":

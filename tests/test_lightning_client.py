@@ -233,9 +233,15 @@ def test_a_refusal_in_a_script_is_one_line_and_exit_code_2(tmp_path):
 REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
 
 
-def test_the_example_prints_the_fit_command_that_gives_its_numbers(tmp_path, monkeypatch, capsys):
-    """examples/federate_a_lightning_script.py --algorithm fedbcgd --algorithm.num_blocks 2 --rounds 2 --save PATH,
-    then the command it prints: the fit's last checkpoint holds the saved global model, bit for bit."""
+@pytest.mark.parametrize("args", [
+    ["--algorithm", "fedbcgd", "--algorithm.num_blocks", "2"],
+    ["--aggregator", "centered_clip", "--aggregator.momentum", "0.9", "--aggregator.tau", "0.5", "--attack", "alie",
+     "--attack.fraction", "0.5"],
+])
+def test_the_example_prints_the_fit_command_that_gives_its_numbers(args, tmp_path, monkeypatch, capsys):
+    """examples/federate_a_lightning_script.py --algorithm fedbcgd --algorithm.num_blocks 2 --rounds 2 --save PATH
+    (and with a robust rule under attack), then the command it prints: the fit's last checkpoint holds the saved
+    global model, bit for bit."""
     import importlib.util
     import glob
     import shlex
@@ -246,9 +252,8 @@ def test_the_example_prints_the_fit_command_that_gives_its_numbers(tmp_path, mon
                                                   REPO / "examples" / "federate_a_lightning_script.py")
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
-    options = example.parse(["--algorithm", "fedbcgd", "--algorithm.num_blocks", "2", "--rounds", "2",
-                             "--save", str(tmp_path / "global.pt")])
-    assert example.main(**options) > 0.1
+    options = example.parse([*args, "--rounds", "2", "--save", str(tmp_path / "global.pt")])
+    assert 0.0 <= example.main(**options) <= 1.0
     command = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("same numbers:"))
     args = shlex.split(command.split("fl-lightning ", 1)[1])
     monkeypatch.syspath_prepend(str(REPO / "examples"))
@@ -320,3 +325,25 @@ def test_a_comm_meter_prints_what_it_counts():
     meter.add_round([400, 400, 0], [400, 400, 400], clients_dropped=1)
     assert repr(meter) == ("CommMeter(upload_d=0.6667, upload_bytes=800, download_bytes=1,200, last round: 2 reported, "
                            "1 dropped)")
+
+
+def test_an_in_process_server_takes_fits_aggregator_and_attack_and_refuses_at_construction():
+    from fl_lightning.assembly.outside import InProcessServer
+
+    model = nn.Linear(4, 2)
+    server = InProcessServer(model, clients=6, per_round=5, aggregator="krum",
+                             attack={"class_path": "sign_flip", "init_args": {"clients": [1, 4]}})
+    assert server.robust.malicious == {1, 4} and server.state_dict()["attack"]["init_args"] == {"clients": [1, 4],
+                                                                                               "factor": 1.0}
+    for kwargs, line in [
+        ({"aggregator": "krum", "per_round": 4}, "InProcessServer(aggregator=...): krum(f=1) needs at least 5 uploads "
+                                                 "per group, but a round of S=4 uploads has 4"),
+        ({"attack": "label_flip"}, "InProcessServer(attack=...): label_flip changes the clients' data"),
+        ({"aggregator": {"class_path": "median", "init_args": {"betta": 1}}},
+         "InProcessServer(aggregator=...): median has no option 'betta'; its options: bucket, momentum"),
+        ({"attack": {"class_path": "ipm", "init_args": {"clients": [9]}}},
+         "InProcessServer(attack=...): ids [9] are not clients 0..5"),
+    ]:
+        with pytest.raises(FLUserError) as error:
+            InProcessServer(model, **{"clients": 6, "per_round": 5, **kwargs})
+        assert str(error.value).startswith(line), str(error.value)

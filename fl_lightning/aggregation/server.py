@@ -37,6 +37,7 @@ class RobustServer(FLCallback):
 
     def __init__(self, aggregator: Optional[Aggregator], attack: Optional[Attack], blocks=None,
                  per_round: Optional[int] = None):
+        self.configured = aggregator  # as given (None: the plain mean)
         self.aggregator = aggregator or Mean()
         self.attack = attack
         self.blocks = blocks
@@ -76,10 +77,16 @@ class RobustServer(FLCallback):
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
-        if self.attack is not None and trainer.datamodule is not None:
-            self.num_clients = trainer.datamodule.num_clients
-            self.malicious = set(self.attack.malicious(self.num_clients, derive_seed(MALICIOUS_STREAM)))
-            self.attack.prepare(self.num_clients, self.per_round or pl_module.hparams.clients_per_round)
+        if trainer.datamodule is not None:
+            self.start(trainer.datamodule.num_clients, self.per_round or pl_module.hparams.clients_per_round)
+
+    def start(self, num_clients: int, per_round: int) -> None:
+        """Once per run, before the first round: the malicious clients, drawn from the run seed, and the attack's
+        constants (ALIE's z)."""
+        self.num_clients = num_clients
+        if self.attack is not None:
+            self.malicious = set(self.attack.malicious(num_clients, derive_seed(MALICIOUS_STREAM)))
+            self.attack.prepare(num_clients, per_round)
 
     def on_train_start(self, trainer, pl_module) -> None:
         if self.attack is None or self.attack.forges_uploads or self._flipped is not None:

@@ -30,7 +30,9 @@ from typing import Callable, Iterator, Optional, Sequence
 import torch
 from torch import nn
 
+from fl_lightning.aggregation import RobustServer, resolve_aggregator, resolve_attack, spec_of
 from fl_lightning.algorithms import Algorithm, create
+from fl_lightning.assembly.fit import Fit
 from fl_lightning.algorithms.fednova import NormalizedAveraging
 from fl_lightning.callbacks import CompressedUpload, PooledTraining
 from fl_lightning.compression import CODECS
@@ -42,6 +44,7 @@ from fl_lightning.federation.contexts import ClientContext
 from fl_lightning.federation.flat import FlatModel
 from fl_lightning.federation.lightning_client import ClientJob
 from fl_lightning.federation.loop import FederatedLoop, LocalConfig
+from fl_lightning.federation.messages import ReceivedSums
 from fl_lightning.resolve import resolve_part
 
 FIELD = "InProcessServer"
@@ -110,6 +113,32 @@ def resolved(algorithm, compression) -> tuple[Algorithm, Optional[Codec]]:
     return algorithm, codec if codec is not None else implied
 
 
+def robust_server(aggregator, attack, blocks, clients: int, per_round: int, seed: int) -> Optional[RobustServer]:
+    """``aggregator`` and ``attack`` (as ``fit`` takes them) as the server's RobustServer, refused in one line at
+    construction where they cannot serve; None for the default mean without an attack."""
+    def refused(error: ConfigError) -> ConfigError:  # model.attack.fraction: … → InProcessServer(attack=...): …
+        return refuse_in_one_line(ConfigError(f"{FIELD}({error.field.split('.')[1]}=...)",
+                                              str(error)[len(error.field) + 2:]))
+
+    try:
+        aggregator, attack = resolve_aggregator(aggregator), resolve_attack(attack)
+    except ConfigError as error:
+        raise refused(error) from None
+    if aggregator is None and attack is None:
+        return None
+    if attack is not None and not attack.forges_uploads:
+        raise refuse_in_one_line(ConfigError(f"{FIELD}(attack=...)", f"{attack.name} changes the clients' data, which "
+                                             "your own data loaders hold: relabel the malicious shards yourself, or "
+                                             "run it with fl-lightning fit"))
+    server = RobustServer(aggregator, attack, blocks, per_round)
+    refusal = server.refuse(Fit(num_clients=clients, per_round=per_round))
+    if refusal is not None:
+        raise refused(refusal)
+    with run_seed(seed):
+        server.start(clients, per_round)
+    return server
+
+
 def accumulation_refusal(callbacks) -> Optional[str]:
     if any(isinstance(cb, NormalizedAveraging) for cb in callbacks):
         return ("FedNova normalises each update by the client's local optimizer steps τ_i; with accumulated "
@@ -134,7 +163,7 @@ class InProcessServer:
                  seed: int = 0, compression=None, local_epochs: Optional[int] = None,
                  num_samples: Optional[Sequence[int]] = None, weighted_aggregation: bool = False,
                  grad_clip: Optional[float] = None, server_optimizer: Optional[Callable] = None,
-                 directory: Optional[str] = None):
+                 directory: Optional[str] = None, aggregator=None, attack=None):
         self.algorithm, self.codec = resolved(algorithm, compression)
         if clients < 1 or not 1 <= (per_round or clients) <= clients:
             raise refuse_in_one_line(ConfigError(f"{FIELD}(per_round=...)", f"needs 1 ≤ per_round ≤ clients "
@@ -155,6 +184,7 @@ class InProcessServer:
                                                  "give num_samples=[n_0, ..., n_{M-1}]"))
         self.seed, self.per_round = int(seed), per_round or clients
         blocks = partition_for(self.net, self.algorithm)
+        self.robust = robust_server(aggregator, attack, blocks, clients, self.per_round, self.seed)
         self.flat = FlatModel(self.net, order=blocks.order if blocks else None)
         self.global_vector = self.flat.vector.detach().clone()
         params = [self.global_vector[:self.flat.num_params]]
@@ -166,8 +196,10 @@ class InProcessServer:
         self.grad_clip = grad_clip if grad_clip is not None else self.algorithm.default_grad_clip()
         self.local_epochs, self.weighted = local_epochs, weighted_aggregation
         config = LocalConfig(self.per_round, local_epochs or 1, 1, weighted_aggregation, self.grad_clip)
+        callbacks += [self.robust] if self.robust is not None else []
         self.loop = FederatedLoop(self.flat, ClientSizes(clients, num_samples), None, placeholder, config, callbacks,
-                                  self.global_vector, self.server_optimizer, self.client_state, blocks=blocks)
+                                  self.global_vector, self.server_optimizer, self.client_state, blocks=blocks,
+                                  received=self.robust.received_sums if self.robust is not None else ReceivedSums)
         self.callbacks = self.loop.callbacks
         self.run_id = uuid.uuid4().hex
         self.round_idx = 0
@@ -250,14 +282,14 @@ class InProcessServer:
         if self.jobs is not None:
             raise refuse_in_one_line(ConfigError(FIELD, f"round {self.round_idx + 1} is open: save between rounds"))
         return {"format": FORMAT, "run_id": self.run_id, "round": self.round_idx, "seed": self.seed,
-                "algorithm": self.algorithm.spec(), "num_clients": len(self.loop.clients),
+                "algorithm": self.algorithm.spec(), **self._robust_specs(), "num_clients": len(self.loop.clients),
                 "per_round": self.per_round, "global_vector": self.global_vector.clone(),
                 "server_optimizer": self.server_optimizer.state_dict(),
                 "callbacks": [cb.state_dict() for cb in self.callbacks], "client_state": self.client_state.state_dict(),
                 "comm": self.loop.comm.state_dict(), "parts": self.loop.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
-        for name, now in (("seed", self.seed), ("algorithm", self.algorithm.spec()),
+        for name, now in (("seed", self.seed), ("algorithm", self.algorithm.spec()), *self._robust_specs().items(),
                           ("num_clients", len(self.loop.clients)), ("per_round", self.per_round)):
             if state.get(name) != now:
                 raise refuse_in_one_line(ConfigError(f"{FIELD}({name}=...)", f"is {now!r} now but {state.get(name)!r} "
@@ -272,6 +304,11 @@ class InProcessServer:
         self.client_state.load_state_dict(state["client_state"], self.directory)
         self.loop.comm.load_state_dict(state["comm"])
         self.loop.load_state_dict(state["parts"])
+
+    def _robust_specs(self) -> dict:
+        if self.robust is None:
+            return {}
+        return {"aggregator": spec_of(self.robust.configured), "attack": spec_of(self.robust.attack)}
 
     def save(self, path: str) -> None:
         """The server's state between rounds, written atomically (the client rows stay in ``directory``)."""
