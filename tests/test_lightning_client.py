@@ -347,3 +347,12 @@ def test_an_in_process_server_takes_fits_aggregator_and_attack_and_refuses_at_co
         with pytest.raises(FLUserError) as error:
             InProcessServer(model, **{"clients": 6, "per_round": 5, **kwargs})
         assert str(error.value).startswith(line), str(error.value)
+
+
+def test_an_in_process_server_with_fewer_clients_a_round_than_blocks_is_refused_at_construction():
+    from fl_lightning.assembly.outside import InProcessServer
+
+    with pytest.raises(FLUserError, match=r"^InProcessServer\(per_round=...\): S=2 < N=3 blocks: every block needs a "
+                                          r"client each round"):
+        InProcessServer(nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)),
+                        algorithm=FedBCGD(num_blocks=3), clients=4, per_round=2)

@@ -184,6 +184,10 @@ class InProcessServer:
                                                  "give num_samples=[n_0, ..., n_{M-1}]"))
         self.seed, self.per_round = int(seed), per_round or clients
         blocks = partition_for(self.net, self.algorithm)
+        if blocks is not None and self.per_round < blocks.num_blocks:  # at construction, not at the first round
+            raise refuse_in_one_line(ConfigError(f"{FIELD}(per_round=...)", f"S={self.per_round} < N="
+                                                 f"{blocks.num_blocks} blocks: every block needs a client each round; "
+                                                 "raise per_round (and clients) or lower the algorithm's num_blocks"))
         self.robust = robust_server(aggregator, attack, blocks, clients, self.per_round, self.seed)
         self.flat = FlatModel(self.net, order=blocks.order if blocks else None)
         self.global_vector = self.flat.vector.detach().clone()
