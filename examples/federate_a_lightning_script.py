@@ -19,6 +19,7 @@ own (``--verbose`` shows Lightning's lines).
 """
 import argparse
 import ast
+import contextlib
 import logging
 import os
 import sys
@@ -99,14 +100,33 @@ def fit_command(algorithm: str, options: dict, rounds: int, seed: int, clients: 
             f"--model.batch_size {BATCH} --model.lr_decay 1 {robust}".strip().replace("  ", " "))
 
 
+@contextlib.contextmanager
+def quiet(verbose: bool):
+    """The clients' Trainers print nothing of their own (Lightning's info lines, a client fit's missing validation
+    data, Lightning's deprecation on a newer torch) unless ``verbose``; the logging levels are restored after."""
+    loggers = [logging.getLogger(name) for name in ("lightning.pytorch", "pytorch_lightning")]
+    levels = [logger.level for logger in loggers]
+    with warnings.catch_warnings():
+        if not verbose:
+            for logger in loggers:
+                logger.setLevel(logging.WARNING)
+            warnings.filterwarnings("ignore", message=r"You defined a `validation_step` but have no `val_dataloader`")
+            warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+        try:
+            yield
+        finally:
+            for logger, level in zip(loggers, levels):
+                logger.setLevel(level)
+
+
 def main(plain=False, rounds=5, algorithm="fedavg", options=None, save=None, seed=0, verbose=False, aggregator=None,
          attack=None, parts=None) -> float:
+    with quiet(verbose):
+        return train_and_validate(plain, rounds, algorithm, options, save, seed, aggregator, attack, parts)
+
+
+def train_and_validate(plain, rounds, algorithm, options, save, seed, aggregator, attack, parts) -> float:
     L.seed_everything(seed, verbose=False)
-    for name in ("lightning.pytorch", "pytorch_lightning"):  # the clients' Trainers print nothing of their own
-        logging.getLogger(name).setLevel(logging.INFO if verbose else logging.WARNING)
-    if not verbose:  # (a client's fit has no validation data by design; Lightning's own deprecation on a newer torch)
-        warnings.filterwarnings("ignore", message=r"You defined a `validation_step` but have no `val_dataloader`")
-        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
     train, val = datasets()
     model = LitClassifier()
     if plain:

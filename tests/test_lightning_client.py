@@ -279,7 +279,10 @@ def test_the_example_runs_every_registered_algorithm_with_its_defaults(capsys):
     round, said); the two that cannot run on a user's Trainer with this network refuse in one line."""
     from fl_lightning.algorithms.base import REGISTRY
 
+    import logging
+
     example = load_example()
+    levels = [logging.getLogger(name).level for name in ("lightning.pytorch", "pytorch_lightning")]
     refused = {}
     for name in REGISTRY:
         try:
@@ -290,6 +293,7 @@ def test_the_example_runs_every_registered_algorithm_with_its_defaults(capsys):
     out = capsys.readouterr().out
     assert "fedbcgd: 5 clients a round (one per block), 5 clients" in out
     assert "GPU available" not in out and "Tip" not in out
+    assert [logging.getLogger(name).level for name in ("lightning.pytorch", "pytorch_lightning")] == levels
 
 
 @pytest.mark.parametrize("args, line", [
