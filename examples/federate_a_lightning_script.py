@@ -20,6 +20,7 @@ own (``--verbose`` shows Lightning's lines).
 import argparse
 import ast
 import contextlib
+import json
 import logging
 import os
 import sys
@@ -86,7 +87,8 @@ def cohort(algorithm: str, options: dict) -> tuple[int, int]:
 
 def part_flags(kind: str, name, options: dict) -> str:
     """``--model.attack sign_flip --model.attack.fraction 0.5``: a part as fit's command line names it."""
-    return " ".join([f"--model.{kind} {name}"] + [f"--model.{kind}.{k} {v}" for k, v in options.items()]) if name else ""
+    shown = {k: json.dumps(v, separators=(",", ":")) if isinstance(v, (list, dict)) else v for k, v in options.items()}
+    return " ".join([f"--model.{kind} {name}"] + [f"--model.{kind}.{k} {v}" for k, v in shown.items()]) if name else ""
 
 
 def fit_command(algorithm: str, options: dict, rounds: int, seed: int, clients: int, per_round: int,
@@ -200,6 +202,9 @@ def parse(argv=None) -> dict:
         parser.error(str(error))
     except (TypeError, ValueError) as error:
         parser.error(f"--algorithm.*: {error}; `fl-lightning algorithms {known.algorithm}` lists its options")
+    for kind in ("aggregator", "attack"):
+        if parts[kind] and getattr(known, kind) is None:
+            parser.error(f"--{kind}.{next(iter(parts[kind]))}: an option of --{kind} NAME, which is not given")
     return dict(vars(known), options=options, parts=parts)
 
 

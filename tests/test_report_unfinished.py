@@ -27,9 +27,13 @@ def test_an_unfinished_run_is_left_out_or_marked_and_no_target_gives_final_and_b
     assert main(["report", "runs/quickstart", "--out", "marked", "--unfinished", "include"]) == 0
     (row,) = csv.DictReader(open("marked.csv"))
     assert row["group"] == "quickstart [rounds 3/3, unfinished]" and row["seeds"] == "2"
-    # fewer rounds than planned, no budget reached, no lock: a fit stopped early (Ctrl-C) is unfinished too
+    # fewer rounds than planned, no budget reached, no lock and no curve (what Ctrl-C leaves: on_train_end never ran)
     (killed / ".fit.lock").unlink()
+    (killed / "accuracy_vs_upload_d.png").unlink()
     config = killed / "config.yaml"
     config.write_text(config.read_text().replace("max_epochs: 3", "max_epochs: 10"))
     assert main(["report", "runs/quickstart", "--target", "0.2", "--out", "target"]) == 0
     assert "(rounds 3/10, unfinished;" in capsys.readouterr().out
+    (killed / "accuracy_vs_upload_d.png").touch()  # a fit that ended on its own (a time budget, EarlyStopping)
+    assert main(["report", "runs/quickstart", "--target", "0.2", "--out", "ended"]) == 0
+    assert "unfinished" not in capsys.readouterr().out

@@ -334,6 +334,8 @@ def test_bucketing_and_client_momentum_equal_a_plain_reimplementation_over_three
 
 def test_bucketing_needs_enough_bucket_means_for_the_rule():
     assert Krum(f=1, bucket=2).inputs(9) == 5 and Krum(f=1, bucket=2).serves(9)
+    with pytest.raises(ConfigError, match="model.aggregator.bucket: got 1; needs an integer ≥ 2"):
+        Krum(bucket=1)
     assert Krum(f=1, bucket=2).group_refusal(8, "a round of S=8 uploads").args[0] == (
         "model.aggregator: krum(f=1, bucket=2) needs at least 5 inputs (bucket means of 2) per group, but a round of "
         "S=8 uploads has 4; raise model.clients_per_round, use fewer blocks or lower its f")

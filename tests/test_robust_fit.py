@@ -88,3 +88,22 @@ def test_refusals_are_one_line():
         FederatedModule(MLP(64, 10), aggregator="median", privacy=PrivacyOptions(noise_multiplier=1.0, clip=1.0))
     with pytest.raises(ConfigError, match="model.attack.fraction: got 1.5"):
         FederatedModule(MLP(64, 10), attack={"class_path": "sign_flip", "init_args": {"fraction": 1.5}})
+
+
+def test_refusals_count_the_group_the_rule_really_gets():
+    """FedBuff: the rule runs on each buffer of K arrivals, not on S; dropout refuses only a rule with a minimum;
+    bucket and client momentum need synchronous rounds; fraction 1 and 1.0 are one setting."""
+    from fl_lightning.attacks import SignFlip
+    from fl_lightning.systems.fedbuff import Asynchronous
+
+    with pytest.raises(ConfigError, match=r"krum\(f=1\) needs at least 5 uploads per group, but a buffer of K=3 "
+                                          r"uploads has 3"):
+        FederatedModule(MLP(64, 10), clients_per_round=10, system="uniform", aggregator="krum",
+                        asynchronous=Asynchronous(buffer_size=3, concurrency=5))
+    FederatedModule(MLP(64, 10), clients_per_round=4, system="uniform", aggregator="krum",
+                    asynchronous=Asynchronous(buffer_size=6, concurrency=8))  # S = 4 < 5 does not matter there
+    with pytest.raises(ConfigError, match=r"^model.aggregator.bucket: needs synchronous rounds"):
+        FederatedModule(MLP(64, 10), clients_per_round=4, system="uniform", aggregator={
+            "class_path": "median", "init_args": {"bucket": 2}}, asynchronous=Asynchronous(buffer_size=6, concurrency=8))
+    FederatedModule(MLP(64, 10), clients_per_round=10, client_dropout=0.95, attack="sign_flip")  # mean: no minimum
+    assert SignFlip(fraction=1).options() == SignFlip(fraction=1.0).options() == {"fraction": 1.0, "factor": 1.0}

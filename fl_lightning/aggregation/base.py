@@ -37,7 +37,7 @@ class Aggregator:
     momentum = 0.0
 
     def __init__(self, bucket: Optional[int] = None, momentum: float = 0.0):
-        self.bucket = None if bucket is None else check_int("bucket", bucket, 1)
+        self.bucket = None if bucket is None else check_int("bucket", bucket, 2)  # 1 would only reorder
         if not 0.0 <= momentum < 1.0:
             raise ConfigError("model.aggregator.momentum", f"got {momentum}; needs 0 ≤ β < 1 (0: no client momentum)")
         self.momentum = float(momentum)
@@ -61,14 +61,14 @@ class Aggregator:
     def serves(self, n: int) -> bool:
         return self.inputs(n) >= self.min_clients()
 
-    def group_refusal(self, n: int, where: str, extra: str = "") -> Optional[ConfigError]:
+    def group_refusal(self, n: int, where: str) -> Optional[ConfigError]:
         """One ConfigError line if a group of ``n`` uploads (``where``: which block) is too small, else None."""
         if self.serves(n):
             return None
         need, got = self.min_clients(), self.inputs(n)
         unit = f"inputs (bucket means of {self.bucket})" if self.bucket else "uploads"
         return ConfigError("model.aggregator", f"{self.describe()} needs at least {need} {unit} per group, but "
-                           f"{where} has {got}{extra}; raise model.clients_per_round, use fewer blocks or lower its f")
+                           f"{where} has {got}; raise model.clients_per_round, use fewer blocks or lower its f")
 
     def own_options(self) -> dict:
         """The rule's own options (beside bucket and momentum), as plain data."""
@@ -82,9 +82,6 @@ class Aggregator:
     def describe(self) -> str:
         options = ", ".join(f"{k}={v}" for k, v in self.options().items())
         return f"{self.name}({options})" if options else self.name
-
-    def spec(self) -> dict:
-        return {"class_path": f"{type(self).__module__}.{type(self).__qualname__}", "init_args": self.options()}
 
 
 def weighted_mean(x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import typing
 from typing import Optional
 
 from fl_lightning.aggregation.base import AGGREGATORS, Aggregator
@@ -51,10 +52,10 @@ def _build(key: str, cls: type, options: dict):
             hint = f"did you mean {close[0]}? " if close else ""
             raise ConfigError(f"model.{key}.{option}", f"{label} has no option {option!r}; {hint}its options: "
                               f"{', '.join(known) or 'none'}")
-        default = known[option].default
-        if isinstance(value, str) and isinstance(default, (int, float)) and not isinstance(default, bool):
+        wanted = _numbers(cls, option, known[option].default)
+        if isinstance(value, str) and wanted:
             try:
-                options[option] = float(value) if isinstance(default, float) or "." in value else int(value)
+                options[option] = float(value) if float in wanted or "." in value else int(value)
             except ValueError:
                 raise ConfigError(f"model.{key}.{option}", f"{label}'s {option} takes a number, got {value!r}") from None
     try:
@@ -64,6 +65,16 @@ def _build(key: str, cls: type, options: dict):
             raise
         raise ConfigError(f"model.{key}", f"{label}({', '.join(f'{k}={v!r}' for k, v in options.items())}): {err}") \
             from None
+
+
+def _numbers(cls: type, option: str, default) -> set:
+    """The number types ``option`` takes, from its annotation (or its default): {int}, {float}, or none."""
+    try:
+        hint = typing.get_type_hints(cls.__init__).get(option)
+    except Exception:  # a user's class whose annotations do not resolve here
+        hint = None
+    types = set(typing.get_args(hint) or (hint,)) if hint is not None else {type(default)}
+    return {t for t in types if t in (int, float)} if str not in types and bool not in types else set()
 
 
 def resolve(key: str, value, named: Optional[str] = None):
@@ -116,11 +127,13 @@ def settle_robustness(module, aggregator, attack) -> Optional[RobustServer]:
                           "or an attack means; leave one of them unset")
     if module.asynchronous is not None and attack is not None:
         raise ConfigError("model.attack", "needs synchronous rounds; leave model.asynchronous unset")
-    if module.asynchronous is not None and aggregator is not None and aggregator.momentum:
-        raise ConfigError("model.aggregator.momentum", "keeps each client's momentum across synchronous rounds; "
-                          "leave model.asynchronous unset or the momentum at 0")
+    if module.asynchronous is not None and aggregator is not None and (aggregator.momentum or aggregator.bucket):
+        raise ConfigError(f"model.aggregator.{'momentum' if aggregator.momentum else 'bucket'}", "needs synchronous "
+                          "rounds (client momentum across rounds; a bucket shuffle per round); leave "
+                          "model.asynchronous unset or the option unset")
     server = RobustServer(aggregator, attack, module.blocks, hp.clients_per_round)
-    refusal = server.group_refusal(hp.clients_per_round, hp.client_dropout)  # at construction: S, N and p are known
+    buffer = module.asynchronous.buffer_size if module.asynchronous is not None else None  # FedBuff: K a step
+    refusal = server.group_refusal(buffer or hp.clients_per_round, hp.client_dropout, "K" if buffer else "S")
     if refusal is not None:
         raise refusal
     return server

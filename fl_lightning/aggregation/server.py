@@ -57,18 +57,20 @@ class RobustServer(FLCallback):
         """What this rule and attack cannot serve in ``fit`` (fl_lightning.assembly.fit.Fit), as one line."""
         if self.attack is not None and (refusal := self.attack.refuse(fit)) is not None:
             return refusal
-        return self.group_refusal(fit.per_round, fit.client_dropout)
+        buffer = getattr(fit.asynchronous, "buffer_size", None)  # FedBuff: the rule runs on each buffer of K
+        return self.group_refusal(buffer or fit.per_round, fit.client_dropout, "K" if buffer else "S")
 
-    def group_refusal(self, per_round: int, dropout: float) -> Optional[ConfigError]:
-        """The rule against the smallest group a round has (⌊S/N⌋ with N blocks), and the uploads it expects there
-        with model.client_dropout p; known before any data."""
+    def group_refusal(self, per_round: int, dropout: float, letter: str = "S") -> Optional[ConfigError]:
+        """The rule against the smallest group a round has (⌊S/N⌋ with N blocks; FedBuff: of a buffer of K), and
+        the uploads it expects there with model.client_dropout p; known before any data."""
         blocks = self.blocks.num_blocks if self.blocks is not None else 1
         fewest = per_round // blocks
-        where = (f"a block of {fewest} uploads (S={per_round} over N={blocks} blocks)" if blocks > 1
-                 else f"a round of S={per_round} uploads")
+        where = (f"a block of {fewest} uploads ({letter}={per_round} over N={blocks} blocks)" if blocks > 1
+                 else f"a {'round' if letter == 'S' else 'buffer'} of {letter}={per_round} uploads")
         refusal = self.aggregator.group_refusal(fewest, where)
         expected = fewest * (1.0 - dropout)
-        if refusal is None and dropout > 0 and not self.aggregator.serves(int(expected)):
+        if refusal is None and dropout > 0 and self.aggregator.min_clients() > 1 and \
+                not self.aggregator.serves(int(expected)):
             refusal = ConfigError("model.aggregator", f"{self.aggregator.describe()} needs at least "
                                   f"{self.aggregator.min_clients()} inputs per group, but with model.client_dropout "
                                   f"{dropout} {where} expects {expected:g} uploads; lower model.client_dropout or "
@@ -126,6 +128,7 @@ class RobustServer(FLCallback):
         serve is marked skipped in ``received`` and left at 0."""
         out = torch.zeros(received.sizes[channel], device=received.device)
         previous = self.previous.get(channel) if self.aggregator.stateful else None
+        previous = previous.to(out.device) if previous is not None else None  # a checkpoint loads on the CPU
         round_idx = self._plan.round if self._plan is not None else 0
         counted, served = set(), torch.zeros(received.sizes[channel], dtype=torch.bool, device=out.device)
         for uploads, slices, x, weights in received.groups(channel):
@@ -140,7 +143,7 @@ class RobustServer(FLCallback):
                     x = self._forge(x, bad, [ids[i] for i in bad], round_idx, start)
             if not self.aggregator.serves(x.shape[0]):
                 received.skip(channel, index)
-                self._skipped += 1
+                self._skipped += channel == "delta"  # a group, once (not per channel)
                 continue
             if self.aggregator.bucket:
                 order = torch.randperm(x.shape[0], generator=generator(derive_seed(BUCKET_STREAM, round_idx, start)))
@@ -151,7 +154,7 @@ class RobustServer(FLCallback):
         if channel == "delta" and self.attack is not None:
             self._in_round = len(counted)
         if self.aggregator.stateful:
-            kept = self.previous.get(channel, torch.zeros_like(out))
+            kept = self.previous.get(channel, torch.zeros_like(out)).to(out.device)
             kept[served] = out[served]
             self.previous[channel] = kept
         return out
@@ -163,7 +166,9 @@ class RobustServer(FLCallback):
             return x
         rows = []
         for cid, row in zip(ids, x):
-            kept = self.momenta.setdefault(cid, torch.zeros(size, dtype=x.dtype, device=x.device))
+            kept = self.momenta.get(cid)
+            kept = torch.zeros(size, dtype=x.dtype, device=x.device) if kept is None else kept.to(x.device)
+            self.momenta[cid] = kept
             kept[index] = beta * kept[index] + (1.0 - beta) * row
             rows.append(kept[index])
         return torch.stack(rows)
@@ -199,6 +204,7 @@ class RobustServer(FLCallback):
     # -- logs, files and checkpoints ---------------------------------------------------------------------------
     def metrics(self) -> dict[str, float]:
         out = {"aggregation/skipped_groups": float(self._skipped)} if self.aggregator.min_clients() > 1 else {}
+        self._skipped = 0  # once per row (FedBuff steps configure no round)
         if self.attack is not None:
             out.update({"attack/malicious_in_round": float(self._in_round), **self.attack.metrics()})
         return out

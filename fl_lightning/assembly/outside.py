@@ -311,7 +311,7 @@ class InProcessServer:
 
     def _robust_specs(self) -> dict:
         if self.robust is None:
-            return {}
+            return {"aggregator": None, "attack": None}
         return {"aggregator": spec_of(self.robust.configured), "attack": spec_of(self.robust.attack)}
 
     def save(self, path: str) -> None:

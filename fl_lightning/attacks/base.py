@@ -21,7 +21,7 @@ from fl_lightning.registry import Registry
 
 ATTACKS = Registry("attack")
 MALICIOUS_STREAM = 0xBAD  # derive_seed(MALICIOUS_STREAM): which clients are malicious
-NOISE_STREAM = 0xBADD  # derive_seed(NOISE_STREAM, round, client): a forged upload's random draws
+NOISE_STREAM = 0xBADD  # derive_seed(NOISE_STREAM, round, client, group's first coordinate): a forged upload's draws
 
 
 class Attack:
@@ -41,7 +41,7 @@ class Attack:
         if clients is not None and not len(clients):
             raise ConfigError("model.attack.clients", "is empty: no client is malicious, so no attack; drop "
                               "--model.attack")
-        self.fraction = 0.1 if fraction is None and clients is None else fraction
+        self.fraction = 0.1 if fraction is None and clients is None else None if fraction is None else float(fraction)
         self.clients = None if clients is None else sorted({int(c) for c in clients})
 
     def count(self, num_clients: int) -> int:
@@ -85,9 +85,6 @@ class Attack:
     def options(self) -> dict:
         chosen = {"clients": self.clients} if self.clients is not None else {"fraction": self.fraction}
         return {**chosen, **self.own_options()}
-
-    def spec(self) -> dict:
-        return {"class_path": f"{type(self).__module__}.{type(self).__qualname__}", "init_args": self.options()}
 
 
 def colluders_view(true: torch.Tensor, honest: torch.Tensor) -> torch.Tensor:

@@ -80,8 +80,9 @@ def read_curve(versions: list[Path]) -> list[dict]:
 
 def unfinished(versions: list[Path], curve: list[dict]) -> Optional[str]:
     """``rounds 4/10, unfinished`` for a run that did not end — its newest piece still holds ``.fit.lock`` (its fit
-    runs, or was killed), or it logged fewer rounds than its config.yaml plans and no budget (``model.max_upload_d``,
-    the privacy ε budget) stopped it; None for a finished run (or one without a config.yaml to tell)."""
+    runs, or was killed), or, without the curve every fit leaves when it ends (a kept run: metrics.csv and
+    config.yaml only), it logged fewer rounds than its config.yaml plans and no budget (``model.max_upload_d``, the
+    privacy ε budget) stopped it; None for a finished run (or one without a config.yaml to tell)."""
     from fl_lightning.runs.leftovers import LOCK
 
     config_path = versions[-1] / "config.yaml"
@@ -91,6 +92,8 @@ def unfinished(versions: list[Path], curve: list[dict]) -> Optional[str]:
     shown = f"rounds {done}/{planned}" if isinstance(planned, int) and planned > 0 else f"rounds {done}"
     if (versions[-1] / LOCK).is_file():
         return f"{shown}, unfinished"
+    if (versions[-1] / "accuracy_vs_upload_d.png").is_file():  # every fit that ended (any stop) leaves its curve
+        return None
     model = config.get("model") or {}
     budget = model.get("max_upload_d")
     stopped = (budget is not None and curve and curve[-1].get("comm/upload_d", 0) >= budget - 1e-6) or \
