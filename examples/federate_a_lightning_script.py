@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import sys
-import typing
 import warnings
 
 import lightning.pytorch as L
@@ -35,8 +34,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from fl_lightning import FederatedDataModule  # + FL: the clients' shards (fl-lightning's partition of digits)
-from fl_lightning.algorithms import create
-from fl_lightning.assembly.outside import InProcessServer  # + FL
+from fl_lightning.assembly.outside import InProcessServer, resolved  # + FL
 from fl_lightning.errors import FLUserError
 from fl_lightning.federation.blocks import partition_for
 
@@ -79,8 +77,7 @@ def trainer(epochs=1, **kwargs):
 
 def cohort(algorithm: str, options: dict) -> tuple[int, int]:
     """(clients, clients a round): 4 and 4, or one client a round per block where the algorithm has more blocks."""
-    base, _ = create(algorithm)
-    division = partition_for(LitClassifier(), type(base)(**options))  # the blocks FedBCGD & co. would use
+    division = partition_for(LitClassifier(), resolved({"name": algorithm, **options}, None)[0])  # FedBCGD's blocks
     per_round = max(PER_ROUND, division.num_blocks if division is not None else 0)
     return max(NUM_CLIENTS, per_round), per_round
 
@@ -190,18 +187,6 @@ def parse(argv=None) -> dict:
         (options if kind == "algorithm" else parts[kind])[key] = value
     if len(rest) % 2:
         parser.error(f"{rest[-1]} needs a value")
-    try:  # the options' names and types, before any training
-        base, _ = create(known.algorithm)
-        hints = typing.get_type_hints(type(base).__init__)
-        for key, value in options.items():
-            wanted = set(typing.get_args(hints.get(key)) or (hints.get(key),))
-            if isinstance(value, str) and wanted & {int, float} and str not in wanted:
-                parser.error(f"--algorithm.{key}: takes a number, got {value!r}")
-        type(base)(**options)
-    except FLUserError as error:
-        parser.error(str(error))
-    except (TypeError, ValueError) as error:
-        parser.error(f"--algorithm.*: {error}; `fl-lightning algorithms {known.algorithm}` lists its options")
     for kind in ("aggregator", "attack"):
         if parts[kind] and getattr(known, kind) is None:
             parser.error(f"--{kind}.{next(iter(parts[kind]))}: an option of --{kind} NAME, which is not given")

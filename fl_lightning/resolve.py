@@ -5,6 +5,8 @@ goes through ``resolve_part``; the round's seams, built only once the fit is kno
 ``model.schedule``, ``model.client_runner``), through ``resolve_choice``."""
 from __future__ import annotations
 
+import inspect
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -37,6 +39,36 @@ def resolve_part(value, base: type, option: str, wanted: str, from_name: Optiona
         except TypeError as err:
             raise ConfigError(option, f"{err}; {option} takes {wanted}") from None
     raise ConfigError(option, f"needs {wanted}, got {type(value).__name__}")
+
+
+def number_types(cls: type, option: str) -> set:
+    """The number types ``cls``'s ``option`` takes, from its annotation (else its default): {int}, {float}, both,
+    or none — what a string given for it (a script's, a command line's) is read as."""
+    parameter = inspect.signature(cls).parameters.get(option)
+    try:
+        hint = typing.get_type_hints(cls.__init__).get(option)
+    except Exception:  # a user's class whose annotations do not resolve here
+        hint = None
+    if hint is None:
+        types = {type(parameter.default)} if parameter is not None else set()
+    else:
+        types = set(typing.get_args(hint) or (hint,))
+    return set() if str in types or bool in types else {t for t in types if t in (int, float)}
+
+
+def read_numbers(cls: type, options: dict, field, owner: str = "") -> dict:
+    """``options`` with a string given for a number option read as that number, or one ConfigError naming
+    ``field(option)`` ("[owner's option] takes a number, got 'abc'")."""
+    out = dict(options)
+    for option, value in options.items():
+        wanted = number_types(cls, option) if isinstance(value, str) else set()
+        if wanted:
+            try:
+                out[option] = float(value) if float in wanted or "." in value else int(value)
+            except ValueError:
+                subject = f"{owner}'s {option} " if owner else ""
+                raise ConfigError(field(option), f"{subject}takes a number, got {value!r}") from None
+    return out
 
 
 @dataclass(frozen=True)

@@ -301,12 +301,19 @@ def test_the_example_runs_every_registered_algorithm_with_its_defaults(capsys):
     (["--rounds", "-2"], "--rounds: got -2; needs at least 1 round"),
     (["--save", "/no/such/folder/global.pt"], "--save: the folder /no/such/folder does not exist; give a path in a "
                                                "writable folder"),
-    (["--algorithm", "fedbcgd", "--algorithm.num_blocks", "abc"], "--algorithm.num_blocks: takes a number, got 'abc'"),
 ])
 def test_the_example_refuses_bad_options_before_training(args, line, capsys):
     with pytest.raises(SystemExit) as exit_:
         load_example().parse(args)
     assert exit_.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1].endswith(f"error: {line}")
+
+
+def test_an_algorithm_option_of_the_wrong_type_is_one_line_from_the_server_before_training():
+    """The server reads the options (InProcessServer, as AlgorithmStrategy): the example adds no check of its own."""
+    example = load_example()
+    with pytest.raises(FLUserError, match=r"^InProcessServer\(algorithm=...\): fedbcgd's num_blocks takes a number, "
+                                          r"got 'abc'$"):
+        example.main(**example.parse(["--algorithm", "fedbcgd", "--algorithm.num_blocks", "abc"]))
 
 
 def test_the_readmes_example_command_runs_as_written_quietly(tmp_path):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import difflib
 import inspect
-import typing
 from typing import Optional
 
 from fl_lightning.aggregation.base import AGGREGATORS, Aggregator
@@ -14,6 +13,7 @@ from fl_lightning.aggregation.server import RobustServer
 from fl_lightning.attacks.base import ATTACKS, Attack
 from fl_lightning.class_paths import class_path, import_class
 from fl_lightning.errors import ConfigError
+from fl_lightning.resolve import read_numbers
 
 PARTS = {"aggregator": (AGGREGATORS, Aggregator), "attack": (ATTACKS, Attack)}
 
@@ -52,12 +52,7 @@ def _build(key: str, cls: type, options: dict):
             hint = f"did you mean {close[0]}? " if close else ""
             raise ConfigError(f"model.{key}.{option}", f"{label} has no option {option!r}; {hint}its options: "
                               f"{', '.join(known) or 'none'}")
-        wanted = _numbers(cls, option, known[option].default)
-        if isinstance(value, str) and wanted:
-            try:
-                options[option] = float(value) if float in wanted or "." in value else int(value)
-            except ValueError:
-                raise ConfigError(f"model.{key}.{option}", f"{label}'s {option} takes a number, got {value!r}") from None
+    options = read_numbers(cls, options, lambda option: f"model.{key}.{option}", label)
     try:
         return cls(**options)
     except (TypeError, ValueError) as err:
@@ -65,16 +60,6 @@ def _build(key: str, cls: type, options: dict):
             raise
         raise ConfigError(f"model.{key}", f"{label}({', '.join(f'{k}={v!r}' for k, v in options.items())}): {err}") \
             from None
-
-
-def _numbers(cls: type, option: str, default) -> set:
-    """The number types ``option`` takes, from its annotation (or its default): {int}, {float}, or none."""
-    try:
-        hint = typing.get_type_hints(cls.__init__).get(option)
-    except Exception:  # a user's class whose annotations do not resolve here
-        hint = None
-    types = set(typing.get_args(hint) or (hint,)) if hint is not None else {type(default)}
-    return {t for t in types if t in (int, float)} if str not in types and bool not in types else set()
 
 
 def resolve(key: str, value, named: Optional[str] = None):

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from typing import Optional
 
 import torch
 
-from fl_lightning.federation.messages import Payload, ReceivedSums
+from fl_lightning.federation.messages import ReceivedSums
 
 Ranges = list[tuple[int, int]]
 
@@ -64,46 +63,25 @@ def gather(segments: list[tuple[int, int, torch.Tensor]], slices: Ranges) -> tor
 
 
 class ReceivedUploads(ReceivedSums):
-    """``ReceivedSums`` that also keeps each upload; ``server`` (fl_lightning.aggregation.server.RobustServer)
-    attacks and aggregates them. Several ranks: ``combine`` re-adds every rank's records in plan order, and the
-    uploads are kept from those."""
+    """``ReceivedSums`` that also keeps each upload (its ``on_added``); ``server``
+    (fl_lightning.aggregation.server.RobustServer) attacks and aggregates them. Several ranks: the contributions
+    arrive once every rank's are combined, in plan order, and the uploads are kept from those."""
 
     def __init__(self, sizes: dict[str, int], device: torch.device, ordered: bool = False, *, server):
         super().__init__(sizes, device, ordered)
         self.server = server
         self.uploads: list[Upload] = []
-        self._current: Optional[Upload] = None
         self._derived: set[str] = set()
         self._means: dict[str, torch.Tensor] = {}
         self._skipped: dict[str, torch.Tensor] = {}  # coordinates of groups the rule could not serve this round
 
-    def add(self, upload: Payload, delta_weight: float = 1.0) -> None:
-        if self._records is None:
-            self._current = Upload(self.position)
-            self.uploads.append(self._current)
-        try:
-            super().add(upload, delta_weight)
-        finally:
-            self._current = None
-
-    def _add(self, channel, ranges, weight, values) -> None:
-        super()._add(channel, ranges, weight, values)
-        if self._records is not None:  # several ranks: kept once combined
-            return
-        if ranges is None:
+    def on_added(self, channel, ranges, weight, values) -> None:
+        if ranges is None:  # a value the server derived: summed, never aggregated by the rule
             self._derived.add(channel)
             return
-        client = self._current
-        if client is None:  # combine: every rank's records, in plan order
-            if not self.uploads or self.uploads[-1].position != self.position:
-                self.uploads.append(Upload(self.position))
-            client = self.uploads[-1]
-        values = values.detach().to(self._sums[channel].dtype).clone()
-        client.parts.setdefault(channel, []).append((list(ranges), float(weight), values))
-
-    def combine(self, collective) -> None:
-        self.uploads = []
-        super().combine(collective)
+        if not self.uploads or self.uploads[-1].position != self.position:  # the next client's upload
+            self.uploads.append(Upload(self.position))
+        self.uploads[-1].parts.setdefault(channel, []).append((list(ranges), float(weight), values.detach().clone()))
 
     def robust(self, channel: str) -> bool:
         return channel not in self._derived and any(channel in u.parts for u in self.uploads)
@@ -112,9 +90,12 @@ class ReceivedUploads(ReceivedSums):
         """The aggregator's Δ̄ per coordinate (zero where nobody uploaded)."""
         if not self.robust(channel):
             return super().mean(channel)
-        if channel not in self._means:
+        return self._aggregated(channel).clone()
+
+    def _aggregated(self, channel: str) -> torch.Tensor:
+        if channel not in self._means:  # the rule runs once per channel and round
             self._means[channel] = self.server.aggregate(channel, self)
-        return self._means[channel].clone()
+        return self._means[channel]
 
     def skip(self, channel: str, index: torch.Tensor) -> None:
         """The rule could not serve the group at ``index``: those coordinates count as not reported this round."""
@@ -125,7 +106,7 @@ class ReceivedUploads(ReceivedSums):
         """The weight that reported each coordinate, 0 where the rule skipped its group."""
         weight = super().weight(channel)
         if self.robust(channel):
-            self.mean(channel)  # the rule runs first: it decides what is skipped
+            self._aggregated(channel)  # the rule runs first: it decides what is skipped
             if channel in self._skipped:
                 weight = weight.masked_fill(self._skipped[channel], 0)
         return weight

@@ -43,9 +43,11 @@ from fl_lightning.federation.client_state import ClientStateStore
 from fl_lightning.federation.contexts import ClientContext
 from fl_lightning.federation.flat import FlatModel
 from fl_lightning.federation.lightning_client import ClientJob
+from fl_lightning.federation.local_training import LocalTrainer
 from fl_lightning.federation.loop import FederatedLoop, LocalConfig
+from fl_lightning.federation.seams import ClientRunner, SerialRunner
 from fl_lightning.federation.messages import ReceivedSums
-from fl_lightning.resolve import resolve_part
+from fl_lightning.resolve import read_numbers, resolve_part
 
 FIELD = "InProcessServer"
 FORMAT = 1
@@ -94,7 +96,10 @@ def resolved(algorithm, compression) -> tuple[Algorithm, Optional[Codec]]:
         options = {key: value for key, value in algorithm.items() if key != "name"}
         base, implied = create(algorithm["name"])
         try:
+            options = read_numbers(type(base), options, lambda _: f"{FIELD}(algorithm=...)", algorithm["name"])
             algorithm = type(base)(**options)
+        except ConfigError as err:
+            raise refuse_in_one_line(err) from None
         except TypeError as err:
             raise refuse_in_one_line(ConfigError(f"{FIELD}(algorithm=...)", f"{err}; `fl-lightning algorithms "
                                                  f"{algorithm['name']}` lists its options")) from None
@@ -163,7 +168,8 @@ class InProcessServer:
                  seed: int = 0, compression=None, local_epochs: Optional[int] = None,
                  num_samples: Optional[Sequence[int]] = None, weighted_aggregation: bool = False,
                  grad_clip: Optional[float] = None, server_optimizer: Optional[Callable] = None,
-                 directory: Optional[str] = None, aggregator=None, attack=None):
+                 directory: Optional[str] = None, aggregator=None, attack=None,
+                 runner: Callable[[LocalTrainer], ClientRunner] = SerialRunner):
         self.algorithm, self.codec = resolved(algorithm, compression)
         if clients < 1 or not 1 <= (per_round or clients) <= clients:
             raise refuse_in_one_line(ConfigError(f"{FIELD}(per_round=...)", f"needs 1 ≤ per_round ≤ clients "
@@ -203,7 +209,9 @@ class InProcessServer:
         callbacks += [self.robust] if self.robust is not None else []
         self.loop = FederatedLoop(self.flat, ClientSizes(clients, num_samples), None, placeholder, config, callbacks,
                                   self.global_vector, self.server_optimizer, self.client_state, blocks=blocks,
-                                  received=self.robust.received_sums if self.robust is not None else ReceivedSums)
+                                  received=self.robust.received_sums if self.robust is not None else ReceivedSums,
+                                  runner=runner)
+        self.runner = self.loop.runner  # who trains the clients: the user's Trainers here (AlgorithmStrategy: nodes)
         self.callbacks = self.loop.callbacks
         self.run_id = uuid.uuid4().hex
         self.round_idx = 0

@@ -44,7 +44,7 @@ from fl_lightning.runs.resumed_folder import continue_in_checkpoint_folder, go_o
 from fl_lightning.models.sizing import size_network_by_data
 from fl_lightning.module import FederatedModule
 from fl_lightning.runs.defaults import TRAINER_DEFAULTS
-from fl_lightning.runs.files import run_dirs
+from fl_lightning.runs.files import FOLDER_LOGGERS, run_dirs
 from fl_lightning.runs.leftovers import DropsEmptyRunFolder, drop_leftovers
 from fl_lightning.runs.progress import RoundProgressBar
 from fl_lightning.federation.threads import Threads, record_line
@@ -279,7 +279,7 @@ class FederatedCLI(LightningCLI):
             label = f"{label}/{self.config.subcommand}"
         loggers = (config.get("trainer") or {}).get("logger")
         for logger in loggers if isinstance(loggers, list) else [loggers]:
-            if getattr(logger, "class_path", "").rsplit(".", 1)[-1] in ("CSVLogger", "TensorBoardLogger") \
+            if getattr(logger, "class_path", "").rsplit(".", 1)[-1] in FOLDER_LOGGERS \
                     and logger.init_args.get("version") is None:  # a version given names the run's folder itself
                 logger.init_args["name"] = f"{logger.init_args.get('name') or 'lightning_logs'}/{label}"
 

@@ -137,6 +137,7 @@ class Codec:
 
     name = ""  # as written on the command line: --model.compression NAME
     error_feedback: bool = False
+    deployable = True  # its messages travel to and from Flower nodes (fl_lightning.deploy)
 
     def encode(self, values: torch.Tensor, generator: torch.Generator):
         raise NotImplementedError

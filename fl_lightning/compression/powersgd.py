@@ -67,6 +67,7 @@ class PowerSGD(Codec):
     """
 
     name = "powersgd"
+    deployable = False  # its warm-started factors are not in the node protocol yet
 
     def __init__(self, rank: int = 2, error_feedback: bool = True):
         if rank < 1:

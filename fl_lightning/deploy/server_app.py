@@ -53,9 +53,9 @@ def check_deployable(cli) -> None:
         raise ConfigError("model.privacy", "client-level DP is not deployable on Flower yet; unset it")
     if cli.trainer.world_size > 1:
         raise ConfigError("trainer.devices", "the Flower server runs one process; set trainer.devices 1")
-    if type(model.codec).__name__ == "PowerSGD":
-        raise ConfigError("model.compression", "PowerSGD's messages are not deployable on Flower yet; use topk, "
-                          "randk or qsgd")
+    if model.codec is not None and not model.codec.deployable:
+        raise ConfigError("model.compression", f"{type(model.codec).__name__}'s messages are not deployable on Flower "
+                          "yet; use topk, randk or qsgd")
 
 
 def configured(fit_args: list[str]):

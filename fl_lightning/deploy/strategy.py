@@ -113,8 +113,8 @@ class AlgorithmStrategy(Strategy):
         self.server = InProcessServer(model, algorithm=algorithm, clients=num_clients, per_round=per_round, seed=seed,
                                       compression=compression, local_epochs=local_epochs, num_samples=num_samples,
                                       weighted_aggregation=weighted_aggregation, grad_clip=grad_clip,
-                                      server_optimizer=server_optimizer, directory=directory)
-        self.server.loop.runner = self.sums = NodeSums(self.server.loop.local_trainer)
+                                      server_optimizer=server_optimizer, directory=directory, runner=NodeSums)
+        self.sums = self.server.runner
         self.fraction_evaluate, self.join_timeout, self.checkpoint = fraction_evaluate, join_timeout, checkpoint
         self.node_of: dict[int, int] = {}
         self.sent: dict[int, tuple] = {}  # client → (job, sent message bytes) of the open round

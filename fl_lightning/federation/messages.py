@@ -84,7 +84,8 @@ class ReceivedSums:
 
     With ``ordered`` (several ranks) the additions are recorded instead, tagged with the client's plan
     ``position``; ``combine`` exchanges every rank's records and each rank makes them in plan order, so
-    the sums are those of one process bit for bit (a float sum depends on its order)."""
+    the sums are those of one process bit for bit (a float sum depends on its order). ``on_added`` is called for
+    every contribution once it is in the sums (a subclass that keeps the uploads overrides it)."""
 
     def __init__(self, sizes: dict[str, int], device: torch.device, ordered: bool = False):
         self.sizes = sizes
@@ -121,12 +122,18 @@ class ReceivedSums:
         if ranges is None:  # the whole channel
             total.add_(values)
             weights.add_(weight)
-            return
-        offset = 0
-        for start, stop in ranges:
-            total[start:stop].add_(values[offset:offset + stop - start], alpha=weight)
-            weights[start:stop].add_(weight)
-            offset += stop - start
+        else:
+            offset = 0
+            for start, stop in ranges:
+                total[start:stop].add_(values[offset:offset + stop - start], alpha=weight)
+                weights[start:stop].add_(weight)
+                offset += stop - start
+        self.on_added(channel, ranges, weight, values)
+
+    def on_added(self, channel: str, ranges: Optional[list[tuple[int, int]]], weight: float,
+                 values: torch.Tensor) -> None:
+        """The client at plan ``position`` contributed ``values`` to ``channel`` at ``ranges`` (None: a value the
+        server derived, ``add_sum``) with ``weight``, in plan order under several ranks; default nothing."""
 
     def combine(self, collective) -> None:
         """Several ranks: every rank's recorded additions (values moved by ``collective.concat``,

@@ -11,9 +11,23 @@ from __future__ import annotations
 
 import csv
 import os
+import sys
 from typing import Optional
 
 import pytorch_lightning as pl
+
+
+FOLDER_LOGGERS = ("CSVLogger", "TensorBoardLogger")  # Lightning's loggers that log to <save_dir>/<name>/<version>
+
+
+def is_logger(logger, name: str) -> bool:
+    """``logger`` is Lightning's logger class ``name`` (CSVLogger, TensorBoardLogger) of either namespace,
+    ``pytorch_lightning`` or ``lightning.pytorch`` (a namespace not imported holds no logger of the run)."""
+    for module in ("pytorch_lightning.loggers", "lightning.pytorch.loggers"):
+        cls = getattr(sys.modules.get(module), name, None)
+        if cls is not None and isinstance(logger, cls):
+            return True
+    return False
 
 
 def run_folder(logger) -> str:

@@ -17,16 +17,15 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 
-from fl_lightning.runs.files import run_folder
+from fl_lightning.runs.files import FOLDER_LOGGERS, is_logger, run_folder
 from fl_lightning.runs.identity import read_run_id
 
 LOCK = ".fit.lock"
 START_FILES = {"config.yaml", "partition.csv", "hparams.yaml", "metrics.csv", LOCK}  # what a fit writes before round 1
-FOLDER_LOGGERS = ("CSVLogger", "TensorBoardLogger")
 
 
 def _folder_loggers(trainer: pl.Trainer) -> list:
-    return [logger for logger in trainer.loggers if type(logger).__name__ in FOLDER_LOGGERS]
+    return [logger for logger in trainer.loggers if any(is_logger(logger, name) for name in FOLDER_LOGGERS)]
 
 
 def _free(lock: Path) -> bool:

@@ -30,8 +30,11 @@ def save_curve(path: str, points: list[tuple[float, float]], test_points: list[t
     plt.close(fig)
 
 
+CURVE_FILE = "accuracy_vs_upload_d.png"  # every fit leaves it when it ends (report: the run finished)
+
+
 def write_curve(trainer: pl.Trainer, curve: dict, title: str, val_is_test: bool, metric: str = "val/acc") -> None:
     """accuracy_vs_upload_d.png (and .pdf) in every run folder, from the round log's curve of ``metric``."""
     for run_dir in run_dirs(trainer):
-        save_curve(os.path.join(run_dir, "accuracy_vs_upload_d.png"), curve["val"], curve["test"], title, val_is_test,
+        save_curve(os.path.join(run_dir, CURVE_FILE), curve["val"], curve["test"], title, val_is_test,
                    metric)

@@ -8,6 +8,7 @@ an earlier one's, and ``merge_note`` says so in one line.
 from __future__ import annotations
 
 import csv
+import functools
 import re
 from pathlib import Path
 from typing import Optional
@@ -16,6 +17,18 @@ import yaml
 
 from fl_lightning.errors import ConfigError
 from fl_lightning.runs.identity import identity_settings, read_run_id, run_id
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(path: str, changed_ns: int) -> dict:
+    with open(path) as f:
+        return yaml.safe_load(f) or {}
+
+
+def read_config(path: Path) -> dict:
+    """A run's config.yaml, parsed once per version of the file (report reads it for the id, the settings and
+    whether the run ended); {} where absent. Do not change the mapping it returns."""
+    return _parsed(str(path), path.stat().st_mtime_ns) if path.is_file() else {}
 
 
 def version_number(path: Path) -> int:
@@ -64,7 +77,7 @@ def version_id(version: Path) -> str:
     config = version / "config.yaml"
     if not config.is_file():
         return "no config.yaml"
-    return read_run_id(config) or run_id(yaml.safe_load(config.read_text()) or {})
+    return read_run_id(config) or run_id(read_config(config))
 
 
 def read_curve(versions: list[Path]) -> list[dict]:
@@ -84,15 +97,16 @@ def unfinished(versions: list[Path], curve: list[dict]) -> Optional[str]:
     config.yaml only), it logged fewer rounds than its config.yaml plans and no budget (``model.max_upload_d``, the
     privacy ε budget) stopped it; None for a finished run (or one without a config.yaml to tell)."""
     from fl_lightning.runs.leftovers import LOCK
+    from fl_lightning.runs.plot import CURVE_FILE
 
     config_path = versions[-1] / "config.yaml"
-    config = (yaml.safe_load(config_path.read_text()) or {}) if config_path.is_file() else {}
+    config = read_config(config_path)
     planned = (config.get("trainer") or {}).get("max_epochs")
     done = int(curve[-1]["round"]) if curve else 0
     shown = f"rounds {done}/{planned}" if isinstance(planned, int) and planned > 0 else f"rounds {done}"
     if (versions[-1] / LOCK).is_file():
         return f"{shown}, unfinished"
-    if (versions[-1] / "accuracy_vs_upload_d.png").is_file():  # every fit that ended (any stop) leaves its curve
+    if (versions[-1] / CURVE_FILE).is_file():  # every fit that ended (any stop) leaves its curve
         return None
     model = config.get("model") or {}
     budget = model.get("max_upload_d")
@@ -119,7 +133,7 @@ def read_settings(versions: list[Path]) -> Optional[dict]:
         else:
             flat[prefix] = value
 
-    walk("", identity_settings(yaml.safe_load(configs[-1].read_text()) or {}))
+    walk("", identity_settings(read_config(configs[-1])))
     return flat
 
 

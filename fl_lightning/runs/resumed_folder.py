@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 from typing import Iterator, Optional
 
-FOLDER_LOGGERS = ("CSVLogger", "TensorBoardLogger")
+from fl_lightning.runs.files import FOLDER_LOGGERS, is_logger
 ROUND_FILES = ("timeline.csv", "pval_clients.csv", "flower.csv", "clients.csv")  # a "round" column, 1-based
 
 
@@ -102,7 +102,7 @@ def write_back(trainer, rows: list[dict]) -> None:
     if not rows:
         return
     for logger in trainer.loggers:
-        if type(logger).__name__ == "CSVLogger":
+        if is_logger(logger, "CSVLogger"):
             with warnings.catch_warnings():  # "Previous log files ... will be deleted": the rows come back now
                 warnings.filterwarnings("ignore", message=r".*exists and is not empty.*")
                 experiment = logger.experiment
