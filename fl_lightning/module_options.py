@@ -173,7 +173,7 @@ def settle_options(module, network, algorithm, compression, system, round_policy
     module.local_trainer = local_trainer_options(local_trainer, hp.parallel_clients)
     module.algorithm.check_with(hp.weighted_aggregation, module.codec)
     module.privacy = resolve_privacy(privacy)  # None is off: nothing below changes
-    check_new_clients(hp.personal_new_clients, module.system, module.privacy)
+    check_new_clients(hp.personal_new_clients, module.system)
     module.asynchronous = resolve_asynchronous(asynchronous)  # FedBuff; None: synchronous rounds
     choose_parts(module)  # sampler, schedule, runner (fl_lightning.assembly.connector)
     if module.privacy is not None:

@@ -122,7 +122,9 @@ def test_a_node_builds_the_servers_run_without_the_command_line(tmp_path):
 def test_a_node_outside_the_config_answers_one_line_and_keeps_nothing(tmp_path):
     """A SuperNode started with a partition id the config does not have: its answer to the join is the one line
     the server prints before anything is written (exit code 2), and the node keeps nothing of that run."""
-    from fl_lightning.deploy import wire
+    from flwr.app import ConfigRecord, RecordDict
+
+    from fl_lightning.deploy import protocol
     from fl_lightning.cli.lightning_cli import FederatedCLI
     from fl_lightning.deploy.worker import Worker
     from fl_lightning.runs.identity import run_id
@@ -130,9 +132,11 @@ def test_a_node_outside_the_config_answers_one_line_and_keeps_nothing(tmp_path):
     (tmp_path / "server.yaml").write_text(CONFIG)
     server = FederatedCLI(args=["--config", str(tmp_path / "server.yaml")], run=False)
     request = {"run_id": run_id(server.config.as_dict()), "config": server.parser.dump(server.config), "fresh": True}
-    header, body = Worker(str(tmp_path / "node"), 3, None).handle({"kind": "join"}, wire.to_bytes(request))
-    assert header == {"error": "partition-id: 3 is outside this run's clients 0..2 (data.num_clients 3); start the "
-                               "SuperNode with --node-config 'partition-id=N' for 0 ≤ N < 3"} and body == b""
+    answer = Worker(str(tmp_path / "node"), 3, None).handle("join", RecordDict({protocol.JOIN_REQUEST:
+                                                                                ConfigRecord(request)}))
+    assert list(answer) == [protocol.ERROR] and answer[protocol.ERROR]["line"] == (
+        "partition-id: 3 is outside this run's clients 0..2 (data.num_clients 3); start the SuperNode with "
+        "--node-config 'partition-id=N' for 0 ≤ N < 3")
     assert os.listdir(tmp_path / "node") == []
 
 

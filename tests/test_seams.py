@@ -301,3 +301,19 @@ def test_algorithms_are_a_registry_that_refuses_a_name_twice():
     with pytest.raises(ValueError, match="algorithm 'fedprox': registered twice"):
         register("fedprox")(FedAvg)
     assert REGISTRY["fedprox"].algorithm.__name__ == "FedProx"
+
+
+def test_held_out_clients_under_poisson_sampling_are_refused_in_one_place(tmp_path, capsys):
+    """``model.privacy.sampling poisson`` chooses the Poisson sampler, whose ``refuse(fit)`` is the one refusal of
+    held-out clients under Poisson sampling: one line naming the option the user gave, nothing written."""
+    from fl_lightning.cli import main
+
+    config = __import__("pathlib").Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
+    code = main(["fit", "--config", str(config), "--model.personal_new_clients", "2",
+                 "--data.personal_fraction", "0.2", "--model.privacy",
+                 '{"noise_multiplier": 1.0, "clip": 1.0, "sampling": "poisson"}', "--trainer.max_epochs", "1",
+                 "--trainer.logger.init_args.save_dir", str(tmp_path / "runs")])
+    assert code == 2 and not (tmp_path / "runs").exists()
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "fl-lightning: error: model.privacy.sampling: poisson may draw any client, so none can be held out of "
+        "training; leave model.personal_new_clients unset, or use sampling fixed")

@@ -188,7 +188,8 @@ class InProcessServer:
         if num_samples is None and (weighted_aggregation or getattr(self.algorithm, "scale_alpha_by_size", False)):
             raise refuse_in_one_line(ConfigError(f"{FIELD}(num_samples=...)", "weights clients by their sizes n_i: "
                                                  "give num_samples=[n_0, ..., n_{M-1}]"))
-        self.seed, self.per_round = int(seed), per_round or clients
+        self.seed, self.per_round, self.num_clients = int(seed), per_round or clients, clients
+        self.num_samples = list(num_samples) if num_samples is not None else None
         blocks = partition_for(self.net, self.algorithm)
         if blocks is not None and self.per_round < blocks.num_blocks:  # at construction, not at the first round
             raise refuse_in_one_line(ConfigError(f"{FIELD}(per_round=...)", f"S={self.per_round} < N="
@@ -294,7 +295,7 @@ class InProcessServer:
         if self.jobs is not None:
             raise refuse_in_one_line(ConfigError(FIELD, f"round {self.round_idx + 1} is open: save between rounds"))
         return {"format": FORMAT, "run_id": self.run_id, "round": self.round_idx, "seed": self.seed,
-                "algorithm": self.algorithm.spec(), **self._robust_specs(), "num_clients": len(self.loop.clients),
+                "algorithm": self.algorithm.spec(), **self._robust_specs(), "num_clients": self.num_clients,
                 "per_round": self.per_round, "global_vector": self.global_vector.clone(),
                 "server_optimizer": self.server_optimizer.state_dict(),
                 "callbacks": [cb.state_dict() for cb in self.callbacks], "client_state": self.client_state.state_dict(),
@@ -302,7 +303,7 @@ class InProcessServer:
 
     def load_state_dict(self, state: dict) -> None:
         for name, now in (("seed", self.seed), ("algorithm", self.algorithm.spec()), *self._robust_specs().items(),
-                          ("num_clients", len(self.loop.clients)), ("per_round", self.per_round)):
+                          ("num_clients", self.num_clients), ("per_round", self.per_round)):
             if state.get(name) != now:
                 raise refuse_in_one_line(ConfigError(f"{FIELD}({name}=...)", f"is {now!r} now but {state.get(name)!r} "
                                                      "in the saved server: resume with the same options"))

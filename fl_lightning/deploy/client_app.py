@@ -21,9 +21,10 @@ import subprocess
 import sys
 import time
 
+from flwr.app import Message
 from flwr.clientapp import ClientApp
 
-from fl_lightning.deploy import framing, messages
+from fl_lightning.deploy import framing
 
 START_TIMEOUT_S = 300.0
 IN_PROCESS = None  # the node's worker when it runs this app itself (--isolation process: fl_lightning.deploy.executor)
@@ -73,20 +74,20 @@ def _connect(settings: dict) -> socket.socket:
 
 
 def forward(message, context, kind: str):
+    """The message's records to the node's worker, its reply's records back (fl_lightning.deploy.protocol: the
+    worker reads them; this process imports no torch)."""
     try:
         settings = node_settings(dict(context.node_config))
     except ValueError as err:
-        return messages.reply(message, error=str(err))
-    data, _ = messages.body(message)
+        return Message(framing.error_content(str(err)), reply_to=message)
     if IN_PROCESS is not None:
-        header, body = IN_PROCESS.handle(settings, {"kind": kind}, data)
+        content = IN_PROCESS.handle(settings, kind, message.content)
     else:
         with _connect(settings) as conn:
-            framing.send(conn, {"kind": kind}, data)
+            framing.send(conn, {"kind": kind, "records": (packed := framing.pack(message.content))[0]}, packed[1])
             header, body = framing.receive(conn)
-    if header.get("error"):
-        return messages.reply(message, error=header["error"])
-    return messages.reply(message, body)
+        content = framing.unpack(header["records"], body)
+    return Message(content, reply_to=message)
 
 
 @app.query()

@@ -15,7 +15,7 @@ c, h, ...), runs the user's ``Trainer.fit`` with the job's ``FederatedClient`` c
 through trainer_path's ``ClientHooks``), then the algorithm's ``on_client_reported`` here, on the node, as the
 deployment's nodes do (fl_lightning.deploy.node): its derived sums (Δc_i, ...) go back in the reply, its rows (c_i,
 h_i, codec residuals, personal rows) stay in ``context.state`` and are committed once the strategy says it aggregated
-that upload (the next message's ``aggregated_round``). The reply is the upload as sent (fl_lightning.deploy.wire).
+that upload (the next message's ``aggregated_round``). The job and the reply are flower-local's (fl_lightning.deploy.protocol).
 With a node config ``state-dir="DIR"`` the rows are also written to a file there, so they outlive the Flower run: a
 ServerApp resumed from its checkpoint is a new ``flwr run``, whose ``context.state`` starts empty.
 """
@@ -30,8 +30,7 @@ import torch
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from fl_lightning.assembly.outside import InProcessServer, accumulation_refusal, resolved, run_seed
-from fl_lightning.deploy import messages, wire
-from fl_lightning.deploy.node import DerivedSums
+from fl_lightning.deploy import protocol
 from fl_lightning.errors import ConfigError, refuse_in_one_line
 from fl_lightning.federation.lightning_client import ClientJob, FederatedClient, check_module
 from fl_lightning.federation.local_training import call_hook
@@ -46,14 +45,16 @@ def answer_join(message: Message, context: Context) -> Message:
     if isinstance(partition, bool) or not isinstance(partition, int):
         raise refuse_in_one_line(ConfigError("partition-id", f"the node has {partition!r}; start each SuperNode with "
                                              "--node-config 'partition-id=N' (simulation sets it)"))
-    return Message(RecordDict({messages.RECORD: ConfigRecord({"partition-id": partition})}), reply_to=message)
+    return Message(RecordDict({protocol.JOIN_ANSWER: ConfigRecord({"partition-id": partition})}), reply_to=message)
 
 
-def read_request(message: Message) -> dict:
-    if messages.RECORD not in message.content or messages.KEY not in message.content[messages.RECORD]:
+def read_job(message: Message) -> protocol.Job:
+    job = protocol.read_job(message.content) if protocol.is_job(message.content) else None
+    if job is None or job.setup is None:
         raise refuse_in_one_line(ConfigError(FIELD, "this message was not sent by AlgorithmStrategy (it has no "
-                                             f"'{messages.RECORD}' record): use fit_reply with AlgorithmStrategy"))
-    return wire.from_bytes(bytes(message.content[messages.RECORD][messages.KEY]))
+                                             f"'{protocol.JOB}' record with a setup): use fit_reply with "
+                                             "AlgorithmStrategy"))
+    return job
 
 
 def message_key(message: Message) -> str:
@@ -66,26 +67,23 @@ class NodeRows:
     """This node's client rows in ``context.state`` (and the ``state-dir`` file): {run_id, last round trained, its
     message, committed rows, pending rows}."""
 
-    def __init__(self, context: Context, request: dict, message: Message):
+    def __init__(self, context: Context, job: protocol.Job, message: Message):
         self.context = context
         directory = context.node_config.get("state-dir")
-        self.path = os.path.join(str(directory), f"{STATE}.bin") if directory else None
-        saved = context.state.get(STATE)
-        data = bytes(saved[messages.KEY]) if saved is not None else None
-        if data is None and self.path is not None and os.path.exists(self.path):
-            with open(self.path, "rb") as f:  # a new Flower run of the same fl-lightning run: a resumed strategy
-                data = f.read()
-        state = wire.from_bytes(data) if data is not None else None
-        if state is None or state["run_id"] != request["run_id"]:  # a new run: its rows start empty
-            state = {"run_id": request["run_id"], "round": -1, "rows": {}, "pending": None}
+        self.path = os.path.join(str(directory), f"{STATE}.pt") if directory else None
+        state = protocol.value_of(context.state[STATE], context.state[f"{STATE}.form"]) if STATE in context.state \
+            else None
+        if state is None and self.path is not None and os.path.exists(self.path):
+            state = torch.load(self.path, weights_only=True)  # a new Flower run of the same fl-lightning run
+        if state is None or state["run_id"] != job.run_id:  # a new run: its rows start empty
+            state = {"run_id": job.run_id, "round": -1, "rows": {}, "pending": None}
         key = message_key(message)
-        if request["round"] < state["round"] or (request["round"] == state["round"]
-                                                 and state.get("message") == key):
-            raise refuse_in_one_line(ConfigError(FIELD, f"this message is round {request['round'] + 1}'s of run "
-                                                 f"{request['run_id'][:8]}, but this node trained round "
+        if job.round < state["round"] or (job.round == state["round"] and state.get("message") == key):
+            raise refuse_in_one_line(ConfigError(FIELD, f"this message is round {job.round + 1}'s of run "
+                                                 f"{job.run_id[:8]}, but this node trained round "
                                                  f"{state['round'] + 1} already: answer each new train message once"))
         pending = state["pending"]
-        if pending is not None and pending["round"] == request["aggregated_round"]:
+        if pending is not None and pending["round"] == job.aggregated_round:
             state["rows"].update(pending["rows"])  # the strategy aggregated that upload
         state["pending"] = None
         state["message"] = key
@@ -94,61 +92,52 @@ class NodeRows:
     def save(self, round_idx: int, rows: dict) -> None:
         self.state["round"] = round_idx
         self.state["pending"] = {"round": round_idx, "rows": rows} if rows else None
-        data = wire.to_bytes(self.state)
-        self.context.state[STATE] = ConfigRecord({messages.KEY: data})
+        self.context.state[STATE], self.context.state[f"{STATE}.form"] = protocol.value_records(self.state)
         if self.path is not None:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            with open(self.path + ".tmp", "wb") as f:
-                f.write(data)
+            torch.save(self.state, self.path + ".tmp")
             os.replace(self.path + ".tmp", self.path)
 
 
-def check_algorithm(algorithm, request: dict) -> None:
+def check_algorithm(algorithm, setup: dict) -> None:
     """The algorithm the ClientApp expects (a name or an ``Algorithm``) is the strategy's."""
     if algorithm is None:
         return
     mine = resolved(algorithm, "none")[0]
-    server = request["algorithm_name"]
-    if mine.name != server or (not isinstance(algorithm, str) and mine.spec() != request["algorithm"]):
+    server = setup["algorithm_name"]
+    if mine.name != server or (not isinstance(algorithm, str) and protocol.as_sent(mine.spec()) != setup["algorithm"]):
         described = mine.name if isinstance(algorithm, str) else repr(mine)
         raise refuse_in_one_line(ConfigError(f"{FIELD}(algorithm=...)", f"this client runs {described} but the "
-                                             f"strategy runs {server} {request['algorithm']['init_args']}: give both "
+                                             f"strategy runs {server} {setup['algorithm']['init_args']}: give both "
                                              "the same algorithm and options"))
 
 
-def rebuild(model, request: dict, rows: dict, directory: str) -> tuple[ClientJob, InProcessServer]:
+def rebuild(model, job: protocol.Job, rows: dict, directory: str) -> tuple[ClientJob, InProcessServer]:
     """The server's job for this client, on a mirror of its loop (the same hooks, loaded with the server's state)."""
-    segments = tuple((name, tuple(shape)) for name, shape in request["segments"])
+    setup = job.setup
+    segments = tuple((name, tuple(shape)) for name, shape in setup["segments"])
     check_module(model, segments)
-    mirror = InProcessServer(model, algorithm=request["algorithm"], clients=request["num_clients"],
-                             per_round=request["per_round"], seed=request["seed"],
-                             compression=request["compression"], local_epochs=request["local_epochs"],
-                             num_samples=request["num_samples"], weighted_aggregation=request["weighted"],
-                             grad_clip=request["grad_clip"], directory=directory)
-    mirror.global_vector.copy_(request["global_vector"])
-    for callback, state in zip(mirror.callbacks, request["callback_states"]):
-        if state:
-            callback.load_state_dict(state)
-    tasks = [wire.task_from(record) for record in request["plan"]]
-    task = tasks[request["position"]]
-    store = mirror.client_state
+    mirror = InProcessServer(model, algorithm=setup["algorithm"], clients=setup["num_clients"],
+                             per_round=setup["per_round"], seed=setup["seed"], compression=setup["compression"],
+                             local_epochs=setup["local_epochs"], num_samples=setup["num_samples"],
+                             weighted_aggregation=setup["weighted"], grad_clip=setup["grad_clip"], directory=directory)
+    mirror.global_vector.copy_(job.global_vector)
+    protocol.load_states(mirror.callbacks, job)
+    store, client_id = mirror.client_state, job.client_id
     for name, values in rows.items():  # the node's committed rows, as the fit's store holds them
         table = store.table(name, values.numel())
-        table.begin_round(request["round"] - 1, [task.client_id])
-        table.write(task.client_id, values)
-        table.end_round([task.client_id])
-    plan = mirror.loop.plan(request["round"], tasks)
-    with run_seed(request["seed"]):
-        call_hook(mirror.callbacks, "configure_round", plan)
-    for planned, record in zip(plan.clients, request["plan"]):  # the tasks exactly as the server's hooks left them
-        for name, value in vars(wire.task_from(record)).items():
-            setattr(planned, name, value)
-    store.begin_round(request["round"], [task.client_id])
-    job = ClientJob(request["run_id"], request["round"], plan.clients[request["position"]], plan, mirror.callbacks,
-                    mirror.global_vector, segments, request["algorithm_name"], request["grad_clip"],
-                    request["weighted"], None if request["local_epochs"] is None else task.local_epochs,
-                    accumulation_refusal(mirror.callbacks))
-    return job, mirror
+        table.begin_round(job.round - 1, [client_id])
+        table.write(client_id, values)
+        table.end_round([client_id])
+    with run_seed(setup["seed"]):
+        plan = protocol.replay_round(mirror.loop.plan(job.round, job.tasks()), mirror.callbacks, job)
+    store.begin_round(job.round, [client_id])
+    task = plan.clients[job.position]
+    client_job = ClientJob(job.run_id, job.round, task, plan, mirror.callbacks, mirror.global_vector, segments,
+                           setup["algorithm_name"], setup["grad_clip"], setup["weighted"],
+                           None if setup["local_epochs"] is None else task.local_epochs,
+                           accumulation_refusal(mirror.callbacks))
+    return client_job, mirror
 
 
 def fit_reply(message: Message, context: Context, model, trainer, data: Union[Callable, object],
@@ -157,26 +146,25 @@ def fit_reply(message: Message, context: Context, model, trainer, data: Union[Ca
     reply Message. ``data``: the training DataLoader, or a function of the job giving it (``job.sampler(shard)``
     draws fl-lightning fit's minibatch order); ``algorithm``: what this client expects (refused if not the
     strategy's)."""
-    request = read_request(message)
-    check_algorithm(algorithm, request)
-    node = NodeRows(context, request, message)
-    partition = context.node_config.get("partition-id")
-    client_id = request["plan"][request["position"]][0]
+    job = read_job(message)
+    check_algorithm(algorithm, job.setup)
+    node = NodeRows(context, job, message)
+    partition, client_id = context.node_config.get("partition-id"), job.client_id
     if isinstance(partition, int) and partition != client_id:
         raise refuse_in_one_line(ConfigError("partition-id", f"the strategy sent client {client_id}'s job to the "
                                              f"node holding partition {partition}"))
     directory = tempfile.mkdtemp(prefix="fl_lightning_node_")
     try:
-        job, mirror = rebuild(model, request, node.state["rows"], directory)
-        callback = FederatedClient(job, algorithm=request["algorithm_name"])
+        client_job, mirror = rebuild(model, job, node.state["rows"], directory)
+        callback = FederatedClient(client_job, algorithm=job.setup["algorithm_name"])
         trainer.callbacks.append(callback)
         try:
-            trainer.fit(model, data(job) if callable(data) else data)
+            trainer.fit(model, data(client_job) if callable(data) else data)
         finally:
             trainer.callbacks.remove(callback)
-        client, loss_sum, _ = job.result
-        derived = DerivedSums()
-        if not job.task.lost and client.upload.is_finite():
+        client, loss_sum, _ = client_job.result
+        derived = protocol.DerivedSums()
+        if not client_job.task.lost and client.upload.is_finite():
             client.received = derived
             call_hook(mirror.callbacks, "on_client_reported", client)
         store = mirror.client_state
@@ -186,15 +174,12 @@ def fit_reply(message: Message, context: Context, model, trainer, data: Union[Ca
         mirror.client_state.close()
     finally:
         shutil.rmtree(directory, ignore_errors=True)
-    node.save(request["round"], rows)
-    body = {"run_id": request["run_id"], "round": request["round"], "client_id": client_id,
-            "upload": wire.payload_record(client.upload), "download_bytes": int(client.download.nbytes),
-            "loss_sum": loss_sum.detach().cpu(), "steps": int(client.steps), "weight": float(client.weight),
-            "sums": [list(r) for r in derived.records]}
-    metrics = {"train_loss": float(loss_sum) / max(client.steps, 1), "num-examples": int(callback.num_samples),
-               "upload-bytes": int(client.upload.nbytes)}
-    return Message(RecordDict({messages.RECORD: ConfigRecord({messages.KEY: wire.to_bytes(body)}),
-                               "metrics": MetricRecord(metrics)}), reply_to=message)
+    node.save(job.round, rows)
+    content = protocol.reply_content(job, client, loss_sum, derived)
+    content["metrics"] = MetricRecord({"train_loss": float(loss_sum) / max(client.steps, 1),
+                                       "num-examples": int(callback.num_samples),
+                                       "upload-bytes": int(client.upload.nbytes)})
+    return Message(content, reply_to=message)
 
 
 def global_model(message: Message, model: torch.nn.Module) -> torch.nn.Module:

@@ -1,5 +1,7 @@
-"""The node's local socket between the Flower ClientApp and its warm worker: length-prefixed frames,
-a JSON header then a body, each way. Imports nothing heavy: the ClientApp process stays light."""
+"""The node's local socket between the Flower ClientApp and its warm worker: length-prefixed frames, a JSON header
+then a body, each way, carrying the message's records as they are (fl_lightning.deploy.protocol): an ArrayRecord's
+arrays as Flower serialised them, a ConfigRecord's or MetricRecord's values in the header. Imports nothing heavy
+(Flower's records, no torch): the ClientApp process stays light."""
 from __future__ import annotations
 
 import hashlib
@@ -9,7 +11,14 @@ import socket
 import struct
 import tempfile
 
+from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+
 LENGTH = struct.Struct(">Q")
+ERROR = "fl.error"  # a node's one-line error, the reply's only record (fl_lightning.deploy.protocol)
+
+
+def error_content(line: str) -> RecordDict:
+    return RecordDict({ERROR: ConfigRecord({"line": line})})
 
 
 def socket_path(state_dir: str) -> str:
@@ -38,3 +47,32 @@ def send(conn: socket.socket, header: dict, body: bytes = b"") -> None:
 def receive(conn: socket.socket) -> tuple[dict, bytes]:
     header = json.loads(_recv_exact(conn, LENGTH.unpack(_recv_exact(conn, LENGTH.size))[0]))
     return header, _recv_exact(conn, LENGTH.unpack(_recv_exact(conn, LENGTH.size))[0])
+
+
+def pack(content: RecordDict) -> tuple[list, bytes]:
+    """A RecordDict as (header, body): ``[name, kind, entries]`` per record, the arrays' bytes in the body."""
+    header, chunks = [], []
+    for name, record in content.items():
+        if isinstance(record, ArrayRecord):
+            entries = []
+            for key, array in record.items():
+                entries.append([key, array.dtype, list(array.shape), array.stype, len(array.data)])
+                chunks.append(array.data)
+            header.append([name, "arrays", entries])
+        else:
+            header.append([name, "metrics" if isinstance(record, MetricRecord) else "config", dict(record)])
+    return header, b"".join(chunks)
+
+
+def unpack(header: list, body: bytes) -> RecordDict:
+    records, offset = {}, 0
+    for name, kind, entries in header:
+        if kind == "arrays":
+            arrays = {}
+            for key, dtype, shape, stype, size in entries:
+                arrays[key] = Array(dtype=dtype, shape=tuple(shape), stype=stype, data=body[offset:offset + size])
+                offset += size
+            records[name] = ArrayRecord(arrays)
+        else:
+            records[name] = (MetricRecord if kind == "metrics" else ConfigRecord)(entries)
+    return RecordDict(records)

@@ -10,7 +10,9 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-from fl_lightning.deploy import messages, wire
+from flwr.app import ConfigRecord, Message, RecordDict
+
+from fl_lightning.deploy import protocol
 from fl_lightning.errors import FLUserError
 
 JOIN = "query"
@@ -44,16 +46,17 @@ class Membership:
         new = [node for node in self.grid.get_node_ids() if node not in self.asked]
         if new:
             self.asked.update(new)
-            request = wire.to_bytes({"run_id": self.run_id, "config": self.config_yaml, "fresh": self.fresh})
-            ids = self.grid.push_messages([messages.make(n, JOIN, request) for n in new])
+            request = {"run_id": self.run_id, "config": self.config_yaml, "fresh": self.fresh}
+            ids = self.grid.push_messages([Message(RecordDict({protocol.JOIN_REQUEST: ConfigRecord(request)}),
+                                                   dst_node_id=n, message_type=JOIN) for n in new])
             self.pending.update(zip(ids, new))
         problems = []
         for reply in self.grid.pull_messages(list(self.pending)) if self.pending else []:
             node = self.pending.pop(reply.metadata.reply_to_message_id, None)
             if node is None or reply.has_error():  # e.g. a node that went down before it answered
                 continue
-            data, error = messages.body(reply)
-            answer = wire.from_bytes(data) if error is None else None
+            error = protocol.failure(reply)
+            answer = dict(reply.content[protocol.JOIN_ANSWER]) if error is None else None
             error = error or self.problem(answer)
             if error is not None:
                 if strict:

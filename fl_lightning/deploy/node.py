@@ -20,29 +20,19 @@ from contextlib import nullcontext
 from typing import Optional
 
 import torch
+from flwr.app import RecordDict
 
 from fl_lightning.callbacks.base import FLCallback
-from fl_lightning.deploy import wire
+from fl_lightning.deploy import protocol
 from fl_lightning.errors import ConfigError
 from fl_lightning.federation.client_state import ClientStateStore
-from fl_lightning.federation.contexts import RoundContext, RoundPlanner
+from fl_lightning.federation.contexts import RoundPlanner
 from fl_lightning.federation.local_training import LocalConfig, LocalTrainer, call_hook
 from fl_lightning.federation.memory_format import set_channels_last
 from fl_lightning.deploy.run_config import RunObjects, build_run
 from fl_lightning.runs.identity import run_id
 
 STORE_FILE = "store.pt"
-
-
-class DerivedSums:
-    """Stands in for the server's sums in the node's ``on_client_reported``: records each ``add_sum``,
-    which the server adds in plan order (fl_lightning.deploy.remote)."""
-
-    def __init__(self):
-        self.records: list[tuple[str, torch.Tensor]] = []
-
-    def add_sum(self, channel: str, values: torch.Tensor) -> None:
-        self.records.append((channel, values.detach().to("cpu").reshape(-1).clone()))
 
 
 def data_summary(run: RunObjects, client: Optional[int] = None) -> dict:
@@ -117,35 +107,21 @@ class NodeSession:
         self.pending = None
         self._persist()
 
-    def plan(self, request: dict) -> RoundContext:
-        """The round as the server planned it: the same context, the hooks' own set-up for it, then every
-        client's task exactly as the server's hooks left it."""
-        records = request["plan"]
-        tasks = [wire.task_from(r) for r in records]
-        plan = self.planner.plan(request["round"], request["lr"], tasks)
-        call_hook(self.callbacks, "configure_round", plan)
-        for task, record in zip(plan.clients, records):
-            for name, value in vars(wire.task_from(record)).items():
-                setattr(task, name, value)
-        return plan
-
-    def train(self, request: dict) -> dict:
-        """One client's round: the reply to the server (fl_lightning.deploy.wire)."""
+    def train(self, job: protocol.Job) -> RecordDict:
+        """One client's round: the reply to the server (fl_lightning.deploy.protocol)."""
         started = time.perf_counter()
-        self.module.global_vector.copy_(request["global_vector"])
-        for callback, state in zip(self.callbacks, request["callback_states"]):
-            if state:
-                callback.load_state_dict(state)
-        self.optimizer.param_groups[0]["lr"] = request["lr"]
-        plan = self.plan(request)
-        task = plan.clients[request["position"]]
+        self.module.global_vector.copy_(job.global_vector)
+        protocol.load_states(self.callbacks, job)
+        self.optimizer.param_groups[0]["lr"] = job.lr
+        plan = protocol.replay_round(self.planner.plan(job.round, job.lr, job.tasks()), self.callbacks, job)
+        task = plan.clients[job.position]
         if task.client_id != self.partition_id:
             raise ConfigError("partition-id", f"the server sent client {task.client_id}'s task to the node holding "
                               f"partition {self.partition_id}")
-        self._settle(request["aggregated_round"])
+        self._settle(job.aggregated_round)
         self.store.begin_round(plan.round, [task.client_id])
         client, loss_sum, logs = self.trainer.run_client(task, plan)
-        derived = DerivedSums()
+        derived = protocol.DerivedSums()
         reported = not task.lost and client.upload.is_finite()
         if reported:
             client.received = derived
@@ -156,7 +132,4 @@ class NodeSession:
         if rows:
             self.pending = {"round": plan.round, "rows": rows}
             self._persist()
-        return {"upload": wire.payload_record(client.upload), "download_bytes": client.download.nbytes,
-                "loss_sum": loss_sum.detach().cpu(), "steps": client.steps, "weight": float(client.weight),
-                "logs": [[name, value] for name, value in logs.entries], "sums": [list(r) for r in derived.records],
-                "seconds": time.perf_counter() - started}
+        return protocol.reply_content(job, client, loss_sum, derived, logs, time.perf_counter() - started)

@@ -13,49 +13,45 @@ from __future__ import annotations
 import csv
 import os
 import time
-from dataclasses import dataclass
 from typing import Iterator
 
 import pytorch_lightning as pl
-import torch
+from flwr.app import Message
 from pytorch_lightning.utilities import rank_zero_warn
 
-from fl_lightning.deploy import messages, wire
+from fl_lightning.deploy import protocol
 from fl_lightning.deploy.join import Membership
-from fl_lightning.federation.contexts import ClientContext, RoundContext
-from fl_lightning.federation.seams import ClientRunner
-from fl_lightning.federation.user_module import RecordedLogs
+from fl_lightning.federation.contexts import RoundContext
 from fl_lightning.runs.files import run_folder
 
 TRAIN = "train"
+POLL_S = 0.1  # Grid.send_and_receive sleeps 3 s between pulls: this polls the replies more often
 COLUMNS = ("round", "partition", "node_id", "sent_message_bytes", "received_message_bytes", "counted_download_bytes",
            "counted_upload_bytes", "node_train_s", "round_trip_s", "reported")
 
 
-@dataclass
-class SentBytes:
-    """What a client downloaded, as the node counted it (``Payload.nbytes``)."""
+def exchange(grid, messages: list[Message], timeout: float) -> tuple[list[str], dict[str, Message]]:
+    """Pushes ``messages``; returns their ids (in order) and {id: reply} for the replies within ``timeout`` s."""
+    ids = list(grid.push_messages(messages))
+    waiting, replies = set(ids), {}
+    deadline = time.monotonic() + timeout
+    while waiting and time.monotonic() < deadline:
+        for message in grid.pull_messages(list(waiting)):
+            replies[message.metadata.reply_to_message_id] = message
+            waiting.discard(message.metadata.reply_to_message_id)
+        if waiting:
+            time.sleep(POLL_S)
+    return ids, replies
 
-    nbytes: int
 
-
-class RemoteClients(ClientRunner):
-    """Sends the round's tasks to the nodes and rebuilds their clients (module docstring); ``attach`` (ClientRunner's)
+class RemoteClients(protocol.NodeClients):
+    """Sends the round's jobs to the nodes and rebuilds their clients (module docstring); ``attach`` (ClientRunner's)
     gives it the loop's LocalTrainer (the global model, the callbacks' states, the round's optimizer settings)."""
 
     def __init__(self, membership: Membership, round_timeout: float):
+        super().__init__()
         self.membership, self.round_timeout = membership, round_timeout
-        self.trainer = None
         self.rows: list[dict] = []
-        self.aggregated: dict[int, int] = {}  # client → the last round whose upload was aggregated (its node commits)
-
-    def _request(self, plan: RoundContext, position: int) -> bytes:
-        loop = self.trainer
-        return wire.to_bytes({"run_id": self.membership.run_id, "round": plan.round, "lr": plan.lr,
-                              "plan": [wire.task_record(t) for t in plan.clients], "position": position,
-                              "aggregated_round": self.aggregated.get(plan.clients[position].client_id, -1),
-                              "global_vector": loop.global_vector.detach().cpu(),
-                              "callback_states": [cb.state_dict() for cb in loop.callbacks]})
 
     def run(self, positions: list[int], plan: RoundContext) -> Iterator[tuple[int, tuple]]:
         for problem in self.membership.refresh(strict=False):  # nodes that (re)joined since the last round
@@ -64,55 +60,30 @@ class RemoteClients(ClientRunner):
         for position in positions:
             node = self.membership.node_of.get(plan.clients[position].client_id)
             if node is not None:
-                sent.append((position, node, messages.make(node, TRAIN, self._request(plan, position))))
-        ids, replies = messages.exchange(self.membership.grid, [m for _, _, m in sent], self.round_timeout)
+                content = self.job(self.membership.run_id, plan, position)
+                sent.append((position, node, Message(content, dst_node_id=node, message_type=TRAIN)))
+        ids, replies = exchange(self.membership.grid, [m for _, _, m in sent], self.round_timeout)
         round_trip = time.perf_counter() - started
         answered = {}
         for (position, node, message), message_id in zip(sent, ids):
             reply = replies.get(message_id)
-            data, error = messages.body(reply) if reply is not None else (None, "no reply")
+            error = protocol.failure(reply) if reply is not None else "no reply"
             if error is not None:
                 rank_zero_warn(f"round {plan.round + 1}: client {plan.clients[position].client_id} (node {node}) did "
                                f"not report: {error}")
-            answered[position] = (node, message, reply, None if data is None else wire.from_bytes(data))
+            answered[position] = (node, message, reply, None if error is not None else protocol.read_reply(reply.content))
         for position in positions:
-            yield position, self._client(plan, position, answered.get(position), round_trip)
-
-    def _client(self, plan: RoundContext, position: int, answer, round_trip: float) -> tuple:
-        loop, task = self.trainer, plan.clients[position]
-        node, message, reply, result = answer if answer is not None else (None, None, None, None)
-        group = loop.optimizer.param_groups[0]
-        client = ClientContext(task, plan.round, plan.lr, group.get("weight_decay", 0.0), group.get("momentum", 0.0),
-                               1.0 if result is None else result["weight"], loop.flat.vector, loop.flat.grad,
-                               loop.global_vector)
-        logs, loss_sum = RecordedLogs(), torch.zeros((), device=loop.global_vector.device)
-        if result is None:  # the node never answered: lost, like a dropped client
-            task.lost = True
-            client.download = SentBytes(0)
-        else:
-            device = loop.global_vector.device
-            client.upload = wire.payload_from(result["upload"])
-            for part in client.upload.parts:
-                if isinstance(part.message, torch.Tensor):
-                    part.message = part.message.to(device)
-            client.download = SentBytes(int(result["download_bytes"]))
-            client.steps, loss_sum = int(result["steps"]), result["loss_sum"].to(device)
-            logs.entries = [(name, value) for name, value in result["logs"]]
-            client.scratch[self] = result["sums"]
-        self.rows.append({"round": plan.round + 1, "partition": task.client_id, "node_id": node,
-                          "sent_message_bytes": messages.wire_bytes(message) if message is not None else 0,
-                          "received_message_bytes": messages.wire_bytes(reply) if reply is not None else 0,
-                          "counted_download_bytes": client.download.nbytes,
-                          "counted_upload_bytes": 0 if result is None or task.lost else client.upload.nbytes,
-                          "node_train_s": None if result is None else round(float(result["seconds"]), 4),
-                          "round_trip_s": round(round_trip, 4), "reported": int(result is not None and not task.lost)})
-        return client, loss_sum, logs
-
-    def reported(self, client: ClientContext) -> None:
-        """The node's ``on_client_reported`` derived these sums; added here, in plan order."""
-        self.aggregated[client.client_id] = client.round
-        for channel, values in client.scratch.get(self, []):
-            client.received.add_sum(channel, values.to(client.received.device))
+            node, message, reply, result = answered.get(position, (None, None, None, None))
+            trained = self.client(plan, position, result)
+            client, task = trained[0], plan.clients[position]
+            self.rows.append({"round": plan.round + 1, "partition": task.client_id, "node_id": node,
+                              "sent_message_bytes": protocol.wire_bytes(message) if message is not None else 0,
+                              "received_message_bytes": protocol.wire_bytes(reply) if reply is not None else 0,
+                              "counted_download_bytes": client.download.nbytes,
+                              "counted_upload_bytes": 0 if result is None or task.lost else client.upload.nbytes,
+                              "node_train_s": None if result is None else round(result.seconds, 4),
+                              "round_trip_s": round(round_trip, 4), "reported": int(result is not None and not task.lost)})
+            yield position, trained
 
 
 class FlowerClients(pl.Callback):

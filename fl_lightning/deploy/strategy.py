@@ -5,8 +5,8 @@
 ``strategy.start(grid=..., initial_arrays=..., num_rounds=...)``). Its server side is ``InProcessServer``
 (fl_lightning.assembly.outside), the same ``FederatedLoop`` as ``fl-lightning fit``: the seeded sampler, the algorithm's
 ``configure_round`` (FedBCGD's blocks), the received sums, the server hooks and the server optimizer. Only the
-transport differs: each sampled client's ``ClientJob`` goes to the SuperNode holding that partition as bytes
-(fl_lightning.deploy.wire), the user's ClientApp trains it with ``fl_lightning.deploy.client_helper.fit_reply`` and
+transport differs: each sampled client's job goes to the SuperNode holding that partition as Flower records
+(fl_lightning.deploy.protocol: the same job and reply as ``fl-lightning flower-local``'s), the user's ClientApp trains it with ``fl_lightning.deploy.client_helper.fit_reply`` and
 replies with the upload as sent (its parts: the block and the shared block, Δc, a codec's message), the derived sums
 and the counted download. Per-client rows (c_i, h_i, residuals) stay on the node (``context.state``), as in a fit
 they stay with the client; the server's state (x^r, c, h, momentum) stays here::
@@ -39,57 +39,24 @@ from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords, samp
 from flwr.supercore import log
 
 from fl_lightning.assembly.outside import InProcessServer
-from fl_lightning.deploy import messages, wire
+from fl_lightning.class_paths import class_path
+from fl_lightning.deploy import protocol
 from fl_lightning.errors import ConfigError, refuse_in_one_line
-from fl_lightning.federation.contexts import ClientContext
-from fl_lightning.federation.seams import ClientRunner
-from fl_lightning.federation.user_module import RecordedLogs
 
 FIELD = "AlgorithmStrategy"
 FORMAT = 1
 JOIN = "query"
-METRICS = "metrics"
 
 
-class SentBytes:
-    """What a client downloaded, as the node counted it (``Payload.nbytes``)."""
-
-    def __init__(self, nbytes: int):
-        self.nbytes = nbytes
-
-
-class NodeSums(ClientRunner):
-    """The loop's runner here: the clients train on the nodes; ``reported`` adds the sums the node's
-    ``on_client_reported`` derived (Δc_i, ...), in plan order, and notes which round of each client was aggregated
-    (the node commits its rows on that word)."""
-
-    def __init__(self, trainer):
-        super().__init__(trainer)
-        self.aggregated: dict[int, int] = {}
-
-    def run(self, positions, plan):
-        raise RuntimeError("AlgorithmStrategy's clients train on their Flower nodes")
-
-    def reported(self, client) -> None:
-        self.aggregated[client.client_id] = client.round
-        for channel, values in client.scratch.get(self, []):
-            client.received.add_sum(channel, values.to(client.received.device))
-
-
-def request_body(server: InProcessServer, job, aggregated_round: int) -> dict:
-    """What one client's train message carries: everything its ``ClientJob`` holds, and how to rebuild the hooks."""
+def setup(server: InProcessServer, job) -> dict:
+    """What a user's ClientApp builds the algorithm's hooks from (``fit_reply``): the job's ``setup``."""
     codec = server.codec
-    return {"run_id": job.run_id, "round": job.round, "lr": job.plan.lr, "position": job.task.position,
-            "plan": [wire.task_record(t) for t in job.plan.clients], "aggregated_round": aggregated_round,
-            "global_vector": job.global_vector.detach().cpu().clone(),
-            "callback_states": [cb.state_dict() for cb in job.callbacks],
-            "algorithm": server.algorithm.spec(), "algorithm_name": job.algorithm,
-            "compression": "none" if codec is None else
-            {"class_path": f"{type(codec).__module__}.{type(codec).__qualname__}", "init_args": codec.options()},
-            "num_clients": len(server.loop.clients), "per_round": server.per_round, "seed": server.seed,
-            "num_samples": list(server.loop.clients.sizes) if any(server.loop.clients.sizes) else None,
-            "weighted": job.weighted, "grad_clip": job.grad_clip, "local_epochs": server.local_epochs,
-            "segments": [[name, list(shape)] for name, shape in job.segments]}
+    return {"algorithm": server.algorithm.spec(), "algorithm_name": job.algorithm,
+            "compression": "none" if codec is None else {"class_path": class_path(type(codec)),
+                                                         "init_args": codec.options()},
+            "num_clients": server.num_clients, "per_round": server.per_round, "seed": server.seed,
+            "num_samples": server.num_samples, "weighted": job.weighted, "grad_clip": job.grad_clip,
+            "local_epochs": server.local_epochs, "segments": [[name, list(shape)] for name, shape in job.segments]}
 
 
 class AlgorithmStrategy(Strategy):
@@ -98,8 +65,9 @@ class AlgorithmStrategy(Strategy):
         model: the network the ServerApp and the ClientApps train (its layout, blocks and floating buffers);
             ``start(initial_arrays=...)`` gives x^0.
         num_clients: M (node partitions 0..M-1); per_round: S (default M); seed: the run seed.
-        compression, local_epochs, num_samples, weighted_aggregation, grad_clip, server_optimizer, directory:
-            as ``InProcessServer``.
+        compression, local_epochs, num_samples, weighted_aggregation, grad_clip, server_optimizer, directory,
+            aggregator, attack: as ``InProcessServer`` (and ``fl-lightning fit``'s ``--model.*``; refused there, at
+            construction, in one line).
         fraction_evaluate: the share of nodes sent the global model after each round (0: no federated evaluation).
         join_timeout: seconds ``start`` waits for M nodes to connect.
         checkpoint: a path: the state saved after every round, and resumed from in ``start`` if it exists.
@@ -109,12 +77,14 @@ class AlgorithmStrategy(Strategy):
                  per_round: Optional[int] = None, seed: int = 0, compression=None,
                  local_epochs: Optional[int] = None, num_samples=None, weighted_aggregation: bool = False,
                  grad_clip: Optional[float] = None, server_optimizer=None, directory: Optional[str] = None,
-                 fraction_evaluate: float = 1.0, join_timeout: float = 120.0, checkpoint: Optional[str] = None):
+                 fraction_evaluate: float = 1.0, join_timeout: float = 120.0, checkpoint: Optional[str] = None,
+                 aggregator=None, attack=None):
         self.server = InProcessServer(model, algorithm=algorithm, clients=num_clients, per_round=per_round, seed=seed,
                                       compression=compression, local_epochs=local_epochs, num_samples=num_samples,
                                       weighted_aggregation=weighted_aggregation, grad_clip=grad_clip,
-                                      server_optimizer=server_optimizer, directory=directory, runner=NodeSums)
-        self.sums = self.server.runner
+                                      server_optimizer=server_optimizer, directory=directory, aggregator=aggregator,
+                                      attack=attack, runner=protocol.NodeClients)
+        self.clients = self.server.runner
         self.fraction_evaluate, self.join_timeout, self.checkpoint = fraction_evaluate, join_timeout, checkpoint
         self.node_of: dict[int, int] = {}
         self.sent: dict[int, tuple] = {}  # client → (job, sent message bytes) of the open round
@@ -149,19 +119,19 @@ class AlgorithmStrategy(Strategy):
 
     def join(self, grid: Grid) -> dict[int, int]:
         """{client: node id}: every node answers its ``partition-id`` (``client_helper.answer_join``)."""
-        num_clients = len(self.server.loop.clients)
+        num_clients = self.server.num_clients
         deadline = time.monotonic() + self.join_timeout
         nodes = list(grid.get_node_ids())
         while len(nodes) < num_clients and time.monotonic() < deadline:
             time.sleep(0.2)
             nodes = list(grid.get_node_ids())
-        asks = [Message(RecordDict({messages.RECORD: ConfigRecord({"join": self.server.run_id})}), dst_node_id=node,
-                        message_type=JOIN) for node in nodes]
+        asks = [Message(RecordDict({protocol.JOIN_REQUEST: ConfigRecord({"run_id": self.server.run_id})}),
+                        dst_node_id=node, message_type=JOIN) for node in nodes]
         for reply in grid.send_and_receive(asks, timeout=self.join_timeout):
             if reply.has_error():
                 log(WARNING, "node %s did not join: %s", reply.metadata.src_node_id, reply.error.reason)
                 continue
-            partition = int(reply.content[messages.RECORD]["partition-id"])
+            partition = int(reply.content[protocol.JOIN_ANSWER]["partition-id"])
             if not 0 <= partition < num_clients:
                 raise refuse_in_one_line(ConfigError(f"{FIELD}(num_clients=...)", f"node {reply.metadata.src_node_id}"
                                                      f" holds partition {partition}, outside clients 0..{num_clients - 1}"
@@ -188,14 +158,13 @@ class AlgorithmStrategy(Strategy):
         jobs = self.server.start_round()
         out, self.sent = [], {}
         for job in jobs:
-            body = request_body(self.server, job, self.sums.aggregated.get(job.client_id, -1))
-            content = RecordDict({messages.RECORD: ConfigRecord({messages.KEY: wire.to_bytes(body)}),
-                                  "config": ConfigRecord({**dict(config), "server-round": server_round})})
+            content = self.clients.job(self.server.run_id, job.plan, job.task.position, setup(self.server, job))
+            content["config"] = ConfigRecord({**dict(config), "server-round": server_round})
             message = Message(content, dst_node_id=self.node_of[job.client_id], message_type=MessageType.TRAIN,
                               group_id=str(server_round))
-            self.sent[job.client_id] = (job, messages.wire_bytes(message))
+            self.sent[job.client_id] = (job, protocol.wire_bytes(message))
             out.append(message)
-        log(INFO, "configure_train: %s of %s clients (%s)", len(jobs), len(self.server.loop.clients),
+        log(INFO, "configure_train: %s of %s clients (%s)", len(jobs), self.server.num_clients,
             self.server.algorithm.name)
         return out
 
@@ -204,24 +173,24 @@ class AlgorithmStrategy(Strategy):
         """The replies rebuilt into the loop's client contexts, then fl-lightning fit's server step."""
         server, received = self.server, {}
         for reply in replies:
-            data, error = messages.body(reply)
+            error = protocol.failure(reply)
             if error is not None:
                 log(WARNING, "round %s: node %s did not report: %s", server_round, reply.metadata.src_node_id, error)
                 continue
-            result = wire.from_bytes(data)
-            if result["run_id"] != server.run_id or result["round"] != server.round_idx:
-                raise refuse_in_one_line(ConfigError(FIELD, f"a reply for round {result['round'] + 1} of run "
-                                                     f"{result['run_id'][:8]} reached round {server.round_idx + 1} "
+            result = protocol.read_reply(reply.content)
+            if result.run_id != server.run_id or result.round != server.round_idx:
+                raise refuse_in_one_line(ConfigError(FIELD, f"a reply for round {result.round + 1} of run "
+                                                     f"{result.run_id[:8]} reached round {server.round_idx + 1} "
                                                      f"of run {server.run_id[:8]}: reply to each train message with "
                                                      "fit_reply(message, ...) of that message"))
-            received[int(result["client_id"])] = (result, messages.wire_bytes(reply))
+            received[result.client_id] = (result, protocol.wire_bytes(reply))
         for client_id, (job, sent_bytes) in self.sent.items():
             result, reply_bytes = received.get(client_id, (None, 0))
             if result is not None:
-                job.result = self._client(job, result)
+                job.result = self.clients.client(job.plan, job.task.position, result)
             self.traffic.append({"round": server.round_idx + 1, "partition": client_id, "node_id": self.node_of[client_id],
                                  "sent_message_bytes": sent_bytes, "received_message_bytes": reply_bytes,
-                                 "counted_download_bytes": 0 if result is None else int(result["download_bytes"]),
+                                 "counted_download_bytes": 0 if result is None else result.download_bytes,
                                  "counted_upload_bytes": 0 if result is None else job.result[0].upload.nbytes,
                                  "reported": int(result is not None)})
         done = server.round_idx + 1
@@ -236,16 +205,6 @@ class AlgorithmStrategy(Strategy):
         if loss is not None:
             metrics["train_loss"] = float(loss)
         return ArrayRecord(server.global_state()), MetricRecord(metrics)
-
-    def _client(self, job, result: dict) -> tuple:
-        loop, task = self.server.loop, job.task
-        client = ClientContext(task, job.round, job.plan.lr, 0.0, 0.0, float(result["weight"]), loop.flat.vector,
-                               loop.flat.grad, self.server.global_vector)
-        client.upload = wire.payload_from(result["upload"])
-        client.download = SentBytes(int(result["download_bytes"]))
-        client.steps = int(result["steps"])
-        client.scratch[self.sums] = result["sums"]
-        return client, result["loss_sum"], RecordedLogs()
 
     # -- federated evaluation: the global model to the nodes' own evaluate ----------------------------
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
@@ -268,7 +227,7 @@ class AlgorithmStrategy(Strategy):
         server = self.server
         log(INFO, "\t├──> %s: %r, codec %r", FIELD, server.algorithm, server.codec)
         log(INFO, "\t└──> %s of %s clients a round, seed %s (fl-lightning fit's sampler and server step)",
-            server.per_round, len(server.loop.clients), server.seed)
+            server.per_round, server.num_clients, server.seed)
 
     # -- the global model and the state --------------------------------------------------------------------
     def global_state(self) -> dict[str, torch.Tensor]:
@@ -282,7 +241,7 @@ class AlgorithmStrategy(Strategy):
     def state_dict(self) -> dict:
         """Between rounds: the server's state (``InProcessServer.state_dict``), the round of each client's last
         aggregated upload (the nodes commit their rows on it) and the traffic rows."""
-        return {"format": FORMAT, "server": self.server.state_dict(), "aggregated": dict(self.sums.aggregated),
+        return {"format": FORMAT, "server": self.server.state_dict(), "aggregated": dict(self.clients.aggregated),
                 "traffic": list(self.traffic)}
 
     def load_state_dict(self, state: dict) -> None:
@@ -290,7 +249,7 @@ class AlgorithmStrategy(Strategy):
             raise refuse_in_one_line(ConfigError(f"{FIELD}(checkpoint=...)", "is not an AlgorithmStrategy "
                                                  "checkpoint: give the file its checkpoint= option wrote"))
         self.server.load_state_dict(state["server"])
-        self.sums.aggregated = {int(k): int(v) for k, v in state["aggregated"].items()}
+        self.clients.aggregated = {int(k): int(v) for k, v in state["aggregated"].items()}
         self.traffic = list(state["traffic"])
 
     def save(self, path: str) -> None:

@@ -23,7 +23,9 @@ import traceback
 
 import torch
 
-from fl_lightning.deploy import framing, wire
+from flwr.app import ConfigRecord, RecordDict
+
+from fl_lightning.deploy import framing, protocol
 from fl_lightning.deploy.node import NodeSession
 from fl_lightning.deploy.run_config import build_run
 from fl_lightning.errors import FLUserError
@@ -36,7 +38,7 @@ class Workers:
     def __init__(self):
         self.workers: dict[str, Worker] = {}
 
-    def handle(self, settings: dict, header: dict, body: bytes) -> tuple[dict, bytes]:
+    def handle(self, settings: dict, kind: str, content: RecordDict) -> RecordDict:
         worker = self.workers.get(settings["state_dir"])
         if worker is None:
             os.makedirs(settings["state_dir"], exist_ok=True)
@@ -44,7 +46,7 @@ class Workers:
                 torch.set_num_threads(int(settings["threads"]))
             worker = self.workers[settings["state_dir"]] = Worker(settings["state_dir"], settings["partition"],
                                                                   settings["config"])
-        return worker.handle(header, body)
+        return worker.handle(kind, content)
 
 
 class Worker:
@@ -74,29 +76,33 @@ class Worker:
         log(f"joined run {request['run_id']} as partition {self.partition_id} ({'fresh' if request['fresh'] else 'resumed'})")
         return {"partition_id": self.partition_id, "run_id": own, **session.summary}
 
-    def train(self, request: dict) -> dict:
-        session = self.sessions.get(request["run_id"])
+    def train(self, job: protocol.Job) -> RecordDict:
+        session = self.sessions.get(job.run_id)
         if session is None:  # this node restarted since it joined: its state is on its disk
-            if not os.path.exists(os.path.join(self._directory(request["run_id"]), "config.yaml")):
-                raise FLUserError(f"this node never joined run {request['run_id']}; restart the run")
-            session = self.sessions[request["run_id"]] = NodeSession(self._directory(request["run_id"]),
-                                                                     self.partition_id, fresh=False)
-            log(f"rejoined run {request['run_id']} from {session.directory}")
-        result = session.train(request)
-        log(f"round {request['round'] + 1}: client {self.partition_id}, {result['steps']} steps, loss sum "
-            f"{float(result['loss_sum']):.4f}, {result['seconds']:.2f} s")
-        return result
+            if not os.path.exists(os.path.join(self._directory(job.run_id), "config.yaml")):
+                raise FLUserError(f"this node never joined run {job.run_id}; restart the run")
+            session = self.sessions[job.run_id] = NodeSession(self._directory(job.run_id), self.partition_id,
+                                                              fresh=False)
+            log(f"rejoined run {job.run_id} from {session.directory}")
+        reply = session.train(job)
+        done = reply[protocol.REPLY]
+        log(f"round {job.round + 1}: client {self.partition_id}, {done['steps']} steps, {done['seconds']:.2f} s")
+        return reply
 
-    def handle(self, header: dict, body: bytes) -> tuple[dict, bytes]:
+    def handle(self, kind: str, content: RecordDict) -> RecordDict:
+        """A ``join`` (its request and answer: ConfigRecords) or a ``train`` (a job → its reply), or the one-line
+        error the server hears."""
         try:
-            answer = getattr(self, header["kind"])(wire.from_bytes(body))
-            return {}, wire.to_bytes(answer)
+            if kind == "join":
+                answer = self.join(dict(content[protocol.JOIN_REQUEST]))
+                return RecordDict({protocol.JOIN_ANSWER: ConfigRecord(answer)})
+            return self.train(protocol.read_job(content))
         except FLUserError as err:
             log(f"error: {err}")
-            return {"error": str(err)}, b""
+            return framing.error_content(str(err))
         except Exception as err:  # the server hears one line; the node's log keeps the traceback
             traceback.print_exc()
-            return {"error": f"{type(err).__name__}: {err} (node log: {self.state_dir}/node.log)"}, b""
+            return framing.error_content(f"{type(err).__name__}: {err} (node log: {self.state_dir}/node.log)")
 
 
 def log(line: str) -> None:
@@ -150,7 +156,9 @@ def main(argv=None) -> int:
             with conn:
                 conn.settimeout(None)
                 try:
-                    framing.send(conn, *worker.handle(*framing.receive(conn)))
+                    header, body = framing.receive(conn)
+                    records, data = framing.pack(worker.handle(header["kind"], framing.unpack(header["records"], body)))
+                    framing.send(conn, {"records": records}, data)
                 except OSError as err:  # the ClientApp went away mid-message (its SuperNode stopped)
                     log(f"connection lost: {err}")
     finally:

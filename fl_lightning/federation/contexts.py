@@ -116,6 +116,15 @@ class ClientContext:
         self.full_gradient_value: Optional[torch.Tensor] = None  # ∇f_i(x^r), once computed
         self._full_gradient, self._gradient_at_global = full_gradient, gradient_at_global
 
+    @classmethod
+    def on_trainer(cls, task: ClientTask, plan: "RoundContext", trainer, weight: float,
+                   **functions) -> "ClientContext":
+        """A client of ``plan`` on a ``LocalTrainer``'s working model (trained there, or rebuilt there from a node's
+        reply): the local optimizer's weight decay and momentum, the flat vectors, x^r."""
+        group = trainer.optimizer.param_groups[0]
+        return cls(task, plan.round, plan.lr, group.get("weight_decay", 0.0), group.get("momentum", 0.0), weight,
+                   trainer.flat.vector, trainer.flat.grad, trainer.global_vector, **functions)
+
     def keep_final_model(self) -> None:
         """Once trained, ``vector``/``params`` become a copy of the working model y, so
         ``on_client_reported`` reads this client's y while the working model trains another client

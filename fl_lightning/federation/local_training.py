@@ -126,11 +126,9 @@ class LocalTrainer:
         network logged (replayed into the round's logs in plan order). ``isolate_rng``: save and
         restore torch's global generators around the client (the pool does it once per round)."""
         self.flat.load(self.global_vector)  # y ← x^r
-        group = self.optimizer.param_groups[0]
         weight = task.num_samples if self.config.weighted_aggregation else 1.0
-        client = ClientContext(task, plan.round, plan.lr, group.get("weight_decay", 0.0), group.get("momentum", 0.0),
-                               weight, self.flat.vector, self.flat.grad, self.global_vector,
-                               full_gradient=self.full_gradient, gradient_at_global=self.gradient_at_global)
+        client = ClientContext.on_trainer(task, plan, self, weight, full_gradient=self.full_gradient,
+                                          gradient_at_global=self.gradient_at_global)
         client.download.add("model", 0, self.global_vector)
         self.optimizer.state.clear()  # a fresh local optimizer for every client
         logs = RecordedLogs()

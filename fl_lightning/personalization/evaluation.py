@@ -36,14 +36,16 @@ def new_client_ids(num_clients: int, count: Optional[int]) -> list[int]:
     return sorted(np.random.default_rng(derive_seed(NEW_KEY)).choice(num_clients, count, replace=False).tolist())
 
 
-def check_new_clients(count: Optional[int], system, privacy) -> None:
+def check_new_clients(count: Optional[int], system) -> None:
+    """Held out vs Poisson sampling (``model.privacy.sampling poisson``) is the Poisson sampler's refusal
+    (fl_lightning.federation.seams.PoissonSampler.refuse), asked by the connector like every part's."""
     if count is None:
         return
     if count < 1:
         raise ConfigError("model.personal_new_clients", f"must be ≥ 1, got {count}; unset: none held out")
-    if system is not None or (privacy is not None and getattr(privacy, "sampling", "fixed") == "poisson"):
-        raise ConfigError("model.personal_new_clients", "samples from the clients not held out, which "
-                          f"{'model.system' if system is not None else 'Poisson sampling'} does not; unset one")
+    if system is not None:
+        raise ConfigError("model.personal_new_clients", "samples from the clients not held out, which model.system "
+                          "does not; unset one")
 
 
 def check_schedule(every: Optional[int], clients: Optional[int]) -> None:
