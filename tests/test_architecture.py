@@ -162,12 +162,17 @@ def test_the_round_core_names_no_feature():
 def test_no_part_reaches_into_another():
     """No module outside federation/ touches the received sums' private state (``._add``, ``._records``,
     ``._sums``; a subclass uses ``on_added``), none assigns the loop's runner after the loop is built (it is
-    passed in), and no part decides by a class's name (a trait or ``isinstance`` does)."""
+    passed in), no part decides by a class's name (a trait or ``isinstance`` does), and deploy/ reads none of the
+    loop's parts (its transports send what fl_lightning.deploy.protocol makes of the runner's trainer)."""
     private = re.compile(r"\._(add|records|sums)\b|loop\.runner\s*=|type\([^)]*\)\.__name__\s*(==|in\b)")
     found = [f"{path.relative_to(ROOT)}:{i}: {line.strip()}" for path in [*PACKAGE.rglob("*.py"), *CALLBACKS.rglob("*.py")]
              for i, line in enumerate(path.read_text().splitlines(), 1)
              if private.search(line) and not (path.is_relative_to(PACKAGE / "federation") and "type(" not in line)]
     assert not found, found
+    loop_state = re.compile(r"\bloop\.(flat|clients|runner|callbacks)\b")  # the transports read the protocol's parts
+    deployed = [f"{path.relative_to(ROOT)}:{i}: {line.strip()}" for path in (PACKAGE / "deploy").rglob("*.py")
+                for i, line in enumerate(path.read_text().splitlines(), 1) if loop_state.search(line)]
+    assert not deployed, deployed
 
 
 def test_files_stay_small_and_the_top_level_is_short():
