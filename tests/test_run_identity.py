@@ -183,8 +183,23 @@ def test_a_label_of_many_options_is_capped_and_keeps_the_seed_and_the_run_id():
             "0.0001", "--model.client_momentum", "0.9", "--model.clients_per_round", "7", "--data.dirichlet_rho", "0.1",
             "--data.num_clients", "40"]
     label = run_label(config, "fedbcgd", args)
-    assert label == f"fedbcgd,lr=0.05,batch_size=32,local_epochs=3,seed=2,{run_id(config)}" and len(label) <= 80
+    assert label == f"fedbcgd,dirichlet_rho=0.1,num_clients=40,lr=0.05,seed=2,{run_id(config)}" and len(label) <= 80
     assert run_label(config, "fedbcgd", args[:4]) == "fedbcgd,lr=0.05,batch_size=32,seed=2"  # short: as it was
+
+
+def test_a_cut_label_keeps_the_algorithms_and_the_partitions_options_before_the_networks():
+    """The docs' ViT command on a quantity partition: the network's options, given first, are the ones cut."""
+    config = {"model": {"algorithm": {"class_path": "fl_lightning.algorithms.FedBCGD", "init_args": {"num_blocks": 2}},
+                        "network": {"class_path": "fl_lightning.models.TimmModel",
+                                    "init_args": {"name": "vit_tiny_patch16_224", "pretrained": False, "num_classes": 10,
+                                                  "img_size": 32, "patch_size": 4}}},
+              "data": {"dataset": "imagefolder", "partition": "quantity", "num_clients": 20}, "seed_everything": 0}
+    args = ["--model.network.init_args.pretrained", "false", "--model.network.init_args.num_classes", "10",
+            "--model.network.init_args.img_size", "32", "--model.network.init_args.patch_size", "4",
+            "--data.dataset", "imagefolder", "--model.algorithm.num_blocks", "2", "--data.partition", "quantity"]
+    label = run_label(config, "fedbcgd", args)
+    assert label == f"fedbcgd,num_blocks=2,dataset=imagefolder,partition=quantity,seed=0,{run_id(config)}"
+    assert len(label) == 79  # the next option (pretrained=False) would pass 80
 
 
 def test_a_logger_name_given_keeps_the_label_level_resumes_there_and_reports(capsys):

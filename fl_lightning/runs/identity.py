@@ -16,7 +16,8 @@ that ``--ckpt_path last`` resumes only the same run and ``report`` joins the ver
 one run and nothing else. The directory a run logs to is ``<save_dir>/<name>/<label>/version_N``:
 the label names the algorithm, the callbacks that change numbers, every model/data option the
 command line set, the seed and where it ran if not simulated (``fedavg+proximal,mu=0.1,seed=0``,
-``fedavg,seed=0,deployed=flower``; past 80 characters the first options, the seed and the run id), under any
+``fedavg,seed=0,deployed=flower``; past 80 characters the options that fit — the algorithm's, the data's (its
+partition), the others, the network's last —, the seed and the run id), under any
 logger name (``--trainer.logger.init_args.name X``: ``X/<label>/version_N``, as ``sweep``'s runs); a version
 the command or config gives (``--trainer.logger.init_args.version V``) names the run's folder itself: ``X/V``.
 """
@@ -177,6 +178,7 @@ def run_label(config: dict, algorithm: str, args: list[str]) -> str:
         name, given = _callback_label(path, init_args)
         parts[0] += f"+{name}"
         options += given
+    rank: dict[str, int] = {}  # a cut label keeps the algorithm's options, then the data's, the others, the network's
     for arg in args:
         key = arg[2:].split("=", 1)[0] if arg.startswith("--") else ""
         group, _, rest = key.partition(".")
@@ -202,14 +204,20 @@ def run_label(config: dict, algorithm: str, args: list[str]) -> str:
             value = (value.get("init_args") or {}).get("kind") or value["class_path"]
         if f"{name}={_short(value)}" not in options:
             options.append(f"{name}={_short(value)}")
+            rank[options[-1]] = 1 if group == "data" else 3 if top == "network" else 0 if top == "algorithm" else 2
     deployments = [getattr(import_class(path), "deployment", None) for path, _ in callback_specs(config) if path]
     deployed = [f"deployed={name}" for name in deployments if name]  # e.g. on Flower: not the simulation's folder
     seed = [f"seed={config.get('seed_everything')}"]
     label = ",".join(parts + options + seed + deployed)
     if len(label) <= MAX_LABEL:
         return label
-    head = ",".join(parts + options)[:MAX_LABEL - 32].rsplit(",", 1)[0]  # whole options only; config.yaml has all
-    return ",".join([head, *seed, *deployed, run_id(config)])
+    tail = [*seed, *deployed, run_id(config)]
+    room, head = MAX_LABEL - len(",".join(tail)) - 1, list(parts)
+    for word in sorted(options, key=lambda word: rank.get(word, 0)):  # stable: the command's order within a rank
+        if len(",".join(head + [word])) > room:
+            break  # whole options only, by rank; config.yaml has them all
+        head.append(word)
+    return ",".join(head + tail)
 
 
 def read_run_id(config_yaml: Path) -> Optional[str]:
