@@ -124,7 +124,7 @@ def test_a_message_not_from_the_strategy_is_refused():
         grid.client_app(plain, grid.contexts[message.metadata.dst_node_id])
 
 
-def test_the_flower_app_example_ends_with_the_fits_global_model(tmp_path, monkeypatch):
+def test_the_flower_app_example_ends_with_the_fits_global_model(tmp_path, monkeypatch, capsys):
     """examples/flower_app: its ServerApp and ClientApp on 4 in-process nodes with its pyproject's run config
     (FedBCGD N = 2, 3 rounds, with federated evaluation) save fl-lightning fit's global model, bit for bit."""
     import tomllib
@@ -144,6 +144,9 @@ def test_the_flower_app_example_ends_with_the_fits_global_model(tmp_path, monkey
     nodes = config["federations"]["local-simulation"]["options"]["num-supernodes"]
     grid = InlineGrid(client, nodes, run_config)
     server(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run_config))
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[-2:] == ["uploaded 1.705 d per client (counted as fl-lightning fit counts it)",
+                            "eval_acc after round 3: 0.1616"]  # what docs/callbacks_outside_fl_lightning.md says
 
     L.seed_everything(0, verbose=False)
     module = FederatedModule(LitDigits(), algorithm=FedBCGD(num_blocks=2), clients_per_round=4, local_epochs=1,
