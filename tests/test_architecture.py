@@ -173,6 +173,10 @@ def test_no_part_reaches_into_another():
     deployed = [f"{path.relative_to(ROOT)}:{i}: {line.strip()}" for path in (PACKAGE / "deploy").rglob("*.py")
                 for i, line in enumerate(path.read_text().splitlines(), 1) if loop_state.search(line)]
     assert not deployed, deployed
+    built = [f"{path.relative_to(ROOT)}:{i}" for path in [*PACKAGE.rglob("*.py"), *CALLBACKS.rglob("*.py")]
+             if path.name != "contexts.py" for i, line in enumerate(path.read_text().splitlines(), 1)
+             if re.search(r"\bClientContext\(", line)]
+    assert not built, built  # one constructor: a ClientContext classmethod per way a context arises
 
 
 def test_files_stay_small_and_the_top_level_is_short():

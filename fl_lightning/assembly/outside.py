@@ -264,8 +264,7 @@ class InProcessServer:
 
     def _lost(self, job: ClientJob) -> tuple:
         job.task.lost = True
-        client = ClientContext(job.task, job.round, math.nan, 0.0, 0.0, 1.0, self.flat.vector, self.flat.grad,
-                               self.global_vector)
+        client = ClientContext.never_trained(job.task, job.round, self.flat.vector, self.flat.grad, self.global_vector)
         client.download = NothingSent()
         return client, torch.zeros(()), None
 

@@ -160,10 +160,10 @@ class BatchedRunner(ClientRunner):
         clients = []
         for row, task in enumerate(tasks):
             weight = task.num_samples if main.config.weighted_aggregation else 1.0
-            client = ClientContext(task, plan.round, plan.lr, wd, momentum, weight, stack.models[row],
-                                   stack.grads[row], main.global_vector,
-                                   full_gradient=lambda c, row=row: self._full_gradients(stack, clients)[row],
-                                   gradient_at_global=lambda c, row=row: stack.at_global[row])
+            client = ClientContext.with_optimizer(
+                task, plan.round, plan.lr, group, weight, stack.models[row], stack.grads[row], main.global_vector,
+                full_gradient=lambda c, row=row: self._full_gradients(stack, clients)[row],
+                gradient_at_global=lambda c, row=row: stack.at_global[row])
             client.download.add("model", 0, main.global_vector)
             clients.append(client)
         for client in clients:  # every client exists first: ∇f_i(x^r) is computed for all at once

@@ -116,14 +116,29 @@ class ClientContext:
         self.full_gradient_value: Optional[torch.Tensor] = None  # ∇f_i(x^r), once computed
         self._full_gradient, self._gradient_at_global = full_gradient, gradient_at_global
 
+    # One classmethod per way a context arises (the constructor's positional form is theirs only).
     @classmethod
     def on_trainer(cls, task: ClientTask, plan: "RoundContext", trainer, weight: float,
                    **functions) -> "ClientContext":
         """A client of ``plan`` on a ``LocalTrainer``'s working model (trained there, or rebuilt there from a node's
         reply): the local optimizer's weight decay and momentum, the flat vectors, x^r."""
-        group = trainer.optimizer.param_groups[0]
-        return cls(task, plan.round, plan.lr, group.get("weight_decay", 0.0), group.get("momentum", 0.0), weight,
-                   trainer.flat.vector, trainer.flat.grad, trainer.global_vector, **functions)
+        return cls.with_optimizer(task, plan.round, plan.lr, trainer.optimizer.param_groups[0], weight,
+                                  trainer.flat.vector, trainer.flat.grad, trainer.global_vector, **functions)
+
+    @classmethod
+    def with_optimizer(cls, task: ClientTask, round_idx: int, lr: float, group: dict, weight: float,
+                       vector: torch.Tensor, grad: torch.Tensor, global_vector: torch.Tensor,
+                       **functions) -> "ClientContext":
+        """A client trained by an optimizer whose param group ``group`` gives weight decay and momentum: a row of
+        the batched runner's stack, or the user's own Trainer (its optimizer's lr)."""
+        return cls(task, round_idx, lr, group.get("weight_decay", 0.0), group.get("momentum", 0.0), weight, vector,
+                   grad, global_vector, **functions)
+
+    @classmethod
+    def never_trained(cls, task: ClientTask, round_idx: int, vector: torch.Tensor, grad: torch.Tensor,
+                      global_vector: torch.Tensor) -> "ClientContext":
+        """A sampled client whose training never happened or never reached the server (it counts as not reported)."""
+        return cls(task, round_idx, float("nan"), 0.0, 0.0, 1.0, vector, grad, global_vector)
 
     def keep_final_model(self) -> None:
         """Once trained, ``vector``/``params`` become a copy of the working model y, so

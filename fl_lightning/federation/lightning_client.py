@@ -207,9 +207,9 @@ class FederatedClient(pl.Callback):
         if not job.task.num_samples:  # the server did not know n_i: the client says (weights, Ditto's phases)
             job.task.num_samples = self.num_samples
         flat = local.flat
-        self.client = ClientContext(job.task, job.round, group["lr"], group.get("weight_decay", 0.0),
-                                    group.get("momentum", 0.0), weight, flat.vector, flat.grad, local.global_vector,
-                                    full_gradient=local.full_gradient, gradient_at_global=local.gradient_at_global)
+        self.client = ClientContext.with_optimizer(job.task, job.round, group["lr"], group, weight, flat.vector,
+                                                   flat.grad, local.global_vector, full_gradient=local.full_gradient,
+                                                   gradient_at_global=local.gradient_at_global)
         self.client.download.add("model", 0, local.global_vector)
         self._hooks = UserStepHooks(local, self.client)
         self._hooks._steps = trainer.global_step
