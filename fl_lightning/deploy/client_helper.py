@@ -21,6 +21,7 @@ ServerApp resumed from its checkpoint is a new ``flwr run``, whose ``context.sta
 """
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import tempfile
@@ -29,9 +30,14 @@ from typing import Callable, Optional, Union
 import torch
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 
-from fl_lightning.assembly.outside import InProcessServer, accumulation_refusal, resolved, run_seed
+from fl_lightning.assembly.outside import ClientSizes, accumulation_refusal, resolved, run_seed
+from fl_lightning.callbacks import CompressedUpload
 from fl_lightning.deploy import protocol
 from fl_lightning.errors import ConfigError, refuse_in_one_line
+from fl_lightning.federation.blocks import partition_for
+from fl_lightning.federation.client_state import ClientStateStore
+from fl_lightning.federation.contexts import RoundPlanner
+from fl_lightning.federation.flat import FlatModel
 from fl_lightning.federation.lightning_client import ClientJob, FederatedClient, check_module
 from fl_lightning.federation.local_training import call_hook
 
@@ -112,32 +118,35 @@ def check_algorithm(algorithm, setup: dict) -> None:
                                              "the same algorithm and options"))
 
 
-def rebuild(model, job: protocol.Job, rows: dict, directory: str) -> tuple[ClientJob, InProcessServer]:
-    """The server's job for this client, on a mirror of its loop (the same hooks, loaded with the server's state)."""
+def rebuild(model, job: protocol.Job, rows: dict, directory: str) -> tuple[ClientJob, list, ClientStateStore]:
+    """The server's job for this client, with what a node needs of the run to train one client — the algorithm's
+    hooks loaded with the server's state, the model's flat layout and block division, the client-state store holding
+    this node's rows, the round replayed — and no server (no loop, no server optimizer)."""
     setup = job.setup
     segments = tuple((name, tuple(shape)) for name, shape in setup["segments"])
     check_module(model, segments)
-    mirror = InProcessServer(model, algorithm=setup["algorithm"], clients=setup["num_clients"],
-                             per_round=setup["per_round"], seed=setup["seed"], compression=setup["compression"],
-                             local_epochs=setup["local_epochs"], num_samples=setup["num_samples"],
-                             weighted_aggregation=setup["weighted"], grad_clip=setup["grad_clip"], directory=directory)
-    mirror.global_vector.copy_(job.global_vector)
-    protocol.load_states(mirror.callbacks, job)
-    store, client_id = mirror.client_state, job.client_id
+    algorithm, codec = resolved(setup["algorithm"], setup["compression"])
+    net = copy.deepcopy(model).cpu()
+    algorithm.check_network(net)  # FedPer, FedBN find their layers here, before callbacks()
+    callbacks = algorithm.callbacks() + ([CompressedUpload(codec)] if codec is not None else [])
+    protocol.load_states(callbacks, job)
+    blocks = partition_for(net, algorithm)
+    flat = FlatModel(net, order=blocks.order if blocks else None)
+    store, client_id = ClientStateStore(setup["num_clients"], directory), job.client_id
     for name, values in rows.items():  # the node's committed rows, as the fit's store holds them
         table = store.table(name, values.numel())
         table.begin_round(job.round - 1, [client_id])
         table.write(client_id, values)
         table.end_round([client_id])
+    planner = RoundPlanner(flat, ClientSizes(setup["num_clients"], setup["num_samples"]), blocks, store)
     with run_seed(setup["seed"]):
-        plan = protocol.replay_round(mirror.loop.plan(job.round, job.tasks()), mirror.callbacks, job)
+        plan = protocol.replay_round(planner.plan(job.round, job.lr, job.tasks()), callbacks, job)
     store.begin_round(job.round, [client_id])
     task = plan.clients[job.position]
-    client_job = ClientJob(job.run_id, job.round, task, plan, mirror.callbacks, mirror.global_vector, segments,
+    client_job = ClientJob(job.run_id, job.round, task, plan, callbacks, job.global_vector.to(flat.device), segments,
                            setup["algorithm_name"], setup["grad_clip"], setup["weighted"],
-                           None if setup["local_epochs"] is None else task.local_epochs,
-                           accumulation_refusal(mirror.callbacks))
-    return client_job, mirror
+                           None if setup["local_epochs"] is None else task.local_epochs, accumulation_refusal(callbacks))
+    return client_job, callbacks, store
 
 
 def fit_reply(message: Message, context: Context, model, trainer, data: Union[Callable, object],
@@ -155,7 +164,7 @@ def fit_reply(message: Message, context: Context, model, trainer, data: Union[Ca
                                              f"node holding partition {partition}"))
     directory = tempfile.mkdtemp(prefix="fl_lightning_node_")
     try:
-        client_job, mirror = rebuild(model, job, node.state["rows"], directory)
+        client_job, callbacks, store = rebuild(model, job, node.state["rows"], directory)
         callback = FederatedClient(client_job, algorithm=job.setup["algorithm_name"])
         trainer.callbacks.append(callback)
         try:
@@ -166,12 +175,11 @@ def fit_reply(message: Message, context: Context, model, trainer, data: Union[Ca
         derived = protocol.DerivedSums()
         if not client_job.task.lost and client.upload.is_finite():
             client.received = derived
-            call_hook(mirror.callbacks, "on_client_reported", client)
-        store = mirror.client_state
+            call_hook(callbacks, "on_client_reported", client)
         written = {name: [client_id] for name, table in store.tables.items() if client_id in table.written}
         store.end_round(written)
         rows = {name: store.tables[name].read(client_id) for name in written}
-        mirror.client_state.close()
+        store.close()
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     node.save(job.round, rows)
