@@ -367,3 +367,41 @@ def test_an_in_process_server_with_fewer_clients_a_round_than_blocks_is_refused_
                                           r"client each round"):
         InProcessServer(nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)),
                         algorithm=FedBCGD(num_blocks=3), clients=4, per_round=2)
+
+
+def test_an_in_process_server_takes_fits_sampler_and_refuses_privacy_at_construction():
+    """Poisson sampling (``--model.sampler poisson``: each client joins with q = S/M): the user's script ends with the
+    fit's global model bit for bit; what the sampler or privacy cannot serve is one line at construction."""
+    from fl_lightning.assembly.outside import InProcessServer
+
+    pl.seed_everything(0, verbose=False)
+    net = make_net(L)()
+    start = copy.deepcopy(net.state_dict())
+    module = FederatedModule(net, algorithm="scaffold", sampler="poisson", clients_per_round=S, local_epochs=1,
+                             batch_size=B, lr=LR, lr_decay=1.0, weight_decay=0.0)
+    module.prints_summary = False
+    data = FederatedDataModule("digits", num_clients=M, dirichlet_rho=0.5)
+    make_trainer(3).fit(module, data)
+    model = make_net(L)()
+    model.load_state_dict(start)
+    server = InProcessServer(model, algorithm="scaffold", clients=M, per_round=S, seed=0, sampler="poisson")
+    sizes = []
+    for _ in range(3):
+        jobs = server.start_round()
+        sizes.append(len(jobs))
+        for job in jobs:
+            shard = shards_of(data)[job.client_id]
+            user_trainer(L, callbacks=[job.callback]).fit(model, DataLoader(shard, batch_size=B,
+                                                                            sampler=job.sampler(shard)))
+        server.end_round()
+    assert sizes != [S] * 3 and torch.equal(server.global_vector, module.global_vector), sizes
+    assert server.state_dict()["sampler"] == {"class_path": "fl_lightning.federation.seams.PoissonSampler",
+                                              "init_args": {}}
+    for kwargs, line in [
+        ({"sampler": "poison"}, "InProcessServer(sampler=...): unknown sampler 'poison'"),
+        ({"sampler": "poisson", "num_samples": None, "clients": 4, "per_round": 2, "privacy": {"clip": 1.0}},
+         "InProcessServer(privacy=...): client-level DP clips every update on its client"),
+    ]:
+        with pytest.raises(FLUserError) as error:
+            InProcessServer(nn.Linear(4, 2), **{"clients": 6, "per_round": 5, **kwargs})
+        assert str(error.value).startswith(line), str(error.value)

@@ -45,9 +45,9 @@ from fl_lightning.federation.flat import FlatModel
 from fl_lightning.federation.lightning_client import ClientJob
 from fl_lightning.federation.local_training import LocalTrainer
 from fl_lightning.federation.loop import FederatedLoop, LocalConfig
-from fl_lightning.federation.seams import ClientRunner, SerialRunner
+from fl_lightning.federation.seams import SAMPLERS, ClientRunner, Sampler, SerialRunner
 from fl_lightning.federation.messages import ReceivedSums
-from fl_lightning.resolve import read_numbers, resolve_part
+from fl_lightning.resolve import read_numbers, resolve_choice, resolve_part
 
 FIELD = "InProcessServer"
 FORMAT = 1
@@ -144,6 +144,23 @@ def robust_server(aggregator, attack, blocks, clients: int, per_round: int, seed
     return server
 
 
+def sampler_for(sampler, fit: Fit):
+    """``sampler`` as fit's ``model.sampler`` takes it (a name, class path, ``{class_path, init_args}`` or object),
+    built from the fit, and its recorded form; its ``refuse(fit)`` in one line at construction. None: uniform."""
+    option = f"{FIELD}(sampler=...)"
+    try:
+        choice = resolve_choice(sampler, SAMPLERS, Sampler, option)
+        refusal = choice.cls.refuse(fit) if choice is not None else None
+    except ConfigError as error:
+        raise refuse_in_one_line(error) from None
+    if refusal is not None:
+        raise refuse_in_one_line(ConfigError(option, str(refusal)[len(refusal.field) + 2:]))
+    if choice is None:
+        return None, None
+    spec = {"class_path": f"{choice.cls.__module__}.{choice.cls.__qualname__}", "init_args": dict(choice.options)}
+    return (choice.instance or choice.cls.from_fit(fit, **choice.options)), spec
+
+
 def accumulation_refusal(callbacks) -> Optional[str]:
     if any(isinstance(cb, NormalizedAveraging) for cb in callbacks):
         return ("FedNova normalises each update by the client's local optimizer steps τ_i; with accumulated "
@@ -162,14 +179,21 @@ class InProcessServer:
         weighted_aggregation, grad_clip, server_optimizer: as ``--model.*`` (server_optimizer: a callable of the
             parameter list, e.g. ``lambda p: torch.optim.Adam(p, lr=0.01)``).
         directory: the client-state store (default: a new temporary folder).
+        aggregator, attack, sampler: as ``--model.aggregator``, ``--model.attack``, ``--model.sampler`` (a name, a class
+            path, ``{class_path, init_args}`` or an object), refused at construction in one line as ``fit`` refuses
+            them; ``privacy``: refused (client-level DP would clip inside your Trainers: use ``fl-lightning fit``).
     """
 
     def __init__(self, model: nn.Module, algorithm="fedavg", clients: int = 1, per_round: Optional[int] = None,
                  seed: int = 0, compression=None, local_epochs: Optional[int] = None,
                  num_samples: Optional[Sequence[int]] = None, weighted_aggregation: bool = False,
                  grad_clip: Optional[float] = None, server_optimizer: Optional[Callable] = None,
-                 directory: Optional[str] = None, aggregator=None, attack=None,
+                 directory: Optional[str] = None, aggregator=None, attack=None, sampler=None, privacy=None,
                  runner: Callable[[LocalTrainer], ClientRunner] = SerialRunner):
+        if privacy is not None:
+            raise refuse_in_one_line(ConfigError(f"{FIELD}(privacy=...)", "client-level DP clips every update on its "
+                                                 "client, and here the clients are your own Trainers, which "
+                                                 "fl-lightning does not clip yet: run it with fl-lightning fit"))
         self.algorithm, self.codec = resolved(algorithm, compression)
         if clients < 1 or not 1 <= (per_round or clients) <= clients:
             raise refuse_in_one_line(ConfigError(f"{FIELD}(per_round=...)", f"needs 1 ≤ per_round ≤ clients "
@@ -196,6 +220,9 @@ class InProcessServer:
                                                  f"{blocks.num_blocks} blocks: every block needs a client each round; "
                                                  "raise per_round (and clients) or lower the algorithm's num_blocks"))
         self.robust = robust_server(aggregator, attack, blocks, clients, self.per_round, self.seed)
+        fit = Fit(num_clients=clients, per_round=self.per_round, samples=tuple(num_samples or ()),
+                  algorithm=self.algorithm.name)
+        self.sampler, self.sampler_spec = sampler_for(sampler, fit)
         self.flat = FlatModel(self.net, order=blocks.order if blocks else None)
         self.global_vector = self.flat.vector.detach().clone()
         params = [self.global_vector[:self.flat.num_params]]
@@ -211,7 +238,7 @@ class InProcessServer:
         self.loop = FederatedLoop(self.flat, ClientSizes(clients, num_samples), None, placeholder, config, callbacks,
                                   self.global_vector, self.server_optimizer, self.client_state, blocks=blocks,
                                   received=self.robust.received_sums if self.robust is not None else ReceivedSums,
-                                  runner=runner)
+                                  runner=runner, sampler=self.sampler)
         self.runner = self.loop.runner  # who trains the clients: the user's Trainers here (AlgorithmStrategy: nodes)
         self.callbacks = self.loop.callbacks
         self.run_id = uuid.uuid4().hex
@@ -318,9 +345,11 @@ class InProcessServer:
         self.loop.load_state_dict(state["parts"])
 
     def _robust_specs(self) -> dict:
+        """The parts beside the algorithm that decide the numbers, as recorded (checked at a load)."""
         if self.robust is None:
-            return {"aggregator": None, "attack": None}
-        return {"aggregator": spec_of(self.robust.configured), "attack": spec_of(self.robust.attack)}
+            return {"aggregator": None, "attack": None, "sampler": self.sampler_spec}
+        return {"aggregator": spec_of(self.robust.configured), "attack": spec_of(self.robust.attack),
+                "sampler": self.sampler_spec}
 
     def save(self, path: str) -> None:
         """The server's state between rounds, written atomically (the client rows stay in ``directory``)."""

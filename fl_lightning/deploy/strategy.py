@@ -66,7 +66,7 @@ class AlgorithmStrategy(Strategy):
             ``start(initial_arrays=...)`` gives x^0.
         num_clients: M (node partitions 0..M-1); per_round: S (default M); seed: the run seed.
         compression, local_epochs, num_samples, weighted_aggregation, grad_clip, server_optimizer, directory,
-            aggregator, attack: as ``InProcessServer`` (and ``fl-lightning fit``'s ``--model.*``; refused there, at
+            aggregator, attack, sampler, privacy: as ``InProcessServer`` (and ``fl-lightning fit``'s ``--model.*``; refused there, at
             construction, in one line).
         fraction_evaluate: the share of nodes sent the global model after each round (0: no federated evaluation).
         join_timeout: seconds ``start`` waits for M nodes to connect.
@@ -78,12 +78,12 @@ class AlgorithmStrategy(Strategy):
                  local_epochs: Optional[int] = None, num_samples=None, weighted_aggregation: bool = False,
                  grad_clip: Optional[float] = None, server_optimizer=None, directory: Optional[str] = None,
                  fraction_evaluate: float = 1.0, join_timeout: float = 120.0, checkpoint: Optional[str] = None,
-                 aggregator=None, attack=None):
+                 aggregator=None, attack=None, sampler=None, privacy=None):
         self.server = InProcessServer(model, algorithm=algorithm, clients=num_clients, per_round=per_round, seed=seed,
                                       compression=compression, local_epochs=local_epochs, num_samples=num_samples,
                                       weighted_aggregation=weighted_aggregation, grad_clip=grad_clip,
                                       server_optimizer=server_optimizer, directory=directory, aggregator=aggregator,
-                                      attack=attack, runner=protocol.NodeClients)
+                                      attack=attack, sampler=sampler, privacy=privacy, runner=protocol.NodeClients)
         self.clients = self.server.runner
         self.fraction_evaluate, self.join_timeout, self.checkpoint = fraction_evaluate, join_timeout, checkpoint
         self.node_of: dict[int, int] = {}
