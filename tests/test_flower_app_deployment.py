@@ -1,5 +1,6 @@
 """examples/flower_app under real Flower, as a user runs it: a SuperLink and one SuperNode per partition on loopback
-(127.0.0.1 ports only, insecure), Flower's own ClientApp processes (``--isolation subprocess``), the app submitted
+(127.0.0.1 ports only, insecure), Flower's own ClientApp processes (``--isolation subprocess``) or the nodes' warm
+workers (``--isolation process``: fl_lightning.deploy.executor loads the user's ClientApp once), the app submitted
 with ``flwr run <app dir> local-deployment``. Its ServerApp (``AlgorithmStrategy``, FedBCGD N = 2) saves the same
 global model as ``fl-lightning fit`` of the same settings, bit for bit. (Flower's simulation engine, with Ray:
 tests/test_flower_app_simulation.py.) Every process is stopped at the end, also on a failure or timeout."""
@@ -26,8 +27,8 @@ class UserAppNodes(LocalFederation):
     """SuperNodes as a user starts them for their own app: Flower launches the ClientApp per message, node config
     ``partition-id`` and ``num-partitions``; one thread per process (the fit below too), so the sums are the same."""
 
-    def __init__(self, nodes: int, workdir: str):
-        super().__init__(nodes, workdir, isolation="subprocess")
+    def __init__(self, nodes: int, workdir: str, isolation: str = "subprocess"):
+        super().__init__(nodes, workdir, isolation=isolation)
         self.env["OMP_NUM_THREADS"] = "1"
 
     def node_config(self, partition: int) -> str:
@@ -103,28 +104,34 @@ def fit_model(rounds: int, clients: int) -> dict:
     return module.net.state_dict()
 
 
-def test_the_flower_app_under_flwr_run_on_a_superlink_ends_with_the_fits_model(tmp_path):
+@pytest.mark.parametrize("isolation", ["subprocess", "process"])
+def test_the_flower_app_under_flwr_run_on_a_superlink_ends_with_the_fits_model(tmp_path, isolation):
+    """``subprocess``: Flower starts a ClientApp process per message; ``process``: the node's warm worker
+    (fl_lightning.deploy.executor) loads the user's ClientApp once and answers every message."""
     app = tmp_path / "flower-app"  # a copy: `flwr run` comments out the pyproject's federations once it moved them
     shutil.copytree(REPO / "examples" / "flower_app", app, ignore=shutil.ignore_patterns("__pycache__"))
     saved = tmp_path / "final_model.pt"
     overrides = (f"num-server-rounds={ROUNDS} num-clients={NODES} per-round={NODES} fraction-evaluate=0.0 "
                  f"save='{saved}'")
-    with UserAppNodes(NODES, str(tmp_path)) as nodes:
+    with UserAppNodes(NODES, str(tmp_path), isolation) as nodes:
         pyproject = app / "pyproject.toml"
         pyproject.write_text(pyproject.read_text().replace("127.0.0.1:8000", f"127.0.0.1:{nodes.port}"))
+        begun = time.monotonic()
         done = subprocess.run([tool("flwr"), "run", str(app), "local-deployment", "--stream", "--run-config",
                                overrides], cwd=tmp_path, env=nodes.env, stdin=subprocess.DEVNULL,
                               capture_output=True, text=True, timeout=FLWR_RUN_TIMEOUT_S)
+        print(f"{isolation}: flwr run of {ROUNDS} rounds on {NODES} SuperNodes took {time.monotonic() - begun:.1f} s")
         started = list(nodes.processes.values())
-        logs = {name: (Path(nodes.logs) / f"{name}.log").read_text()[-2000:] for name in ("superlink", "supernode0")}
-    assert saved.exists(), (done.stdout[-4000:], done.stderr[-2000:], logs)
+        logs = {path.name: path.read_text()[-2000:] for path in Path(nodes.logs).glob("*0.log")}
+    assert saved.exists(), (logs, done.stdout[-3000:], done.stderr[-2000:])
     assert "Using SuperLink: local-deployment" in done.stdout
     assert "uploaded 1.137 d per client" in done.stdout  # FedBCGD N = 2 on LitDigits, 2 rounds (the fit's comm)
     final, want = torch.load(saved, weights_only=True), fit_model(ROUNDS, NODES)
     assert final.keys() == want.keys()
     for key, value in want.items():
         assert torch.equal(final[key], value), (key, (final[key] - value).abs().max())
-    assert len(started) == 1 + NODES and all(p.poll() is not None for p in started)  # all stopped
+    workers = NODES if isolation == "process" else 0  # the warm worker beside each SuperNode
+    assert len(started) == 1 + NODES + workers and all(p.poll() is not None for p in started)  # all stopped
     assert nodes.left_over == []  # and every process Flower started under them (SuperExecs, ServerApp, ClientApps)
     assert "\n# [tool.flwr.federations.local-deployment]" in pyproject.read_text()  # Flower moved it to FLWR_HOME
     assert "\n[tool.flwr.federations.local-deployment]" in (REPO / "examples/flower_app/pyproject.toml").read_text()

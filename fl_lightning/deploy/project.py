@@ -8,13 +8,15 @@ from __future__ import annotations
 import os
 import sys
 
-APP_TOML = """\
+PUBLISHER, NAME = "fl-lightning", "fl-lightning-app"
+FAB_ID = f"{PUBLISHER}/{NAME}"  # how the SuperNodes' runs name this app (fl_lightning.deploy.executor)
+APP_TOML = f"""\
 [build-system]
 requires = ["hatchling"]
 build-backend = "hatchling.build"
 
 [project]
-name = "fl-lightning-app"
+name = "{NAME}"
 version = "1.0.0"
 description = "fl-lightning's federated algorithms as a Flower app"
 license = "Apache-2.0"
@@ -24,7 +26,7 @@ dependencies = ["fl-lightning[flower]"]
 packages = ["."]
 
 [tool.flwr.app]
-publisher = "fl-lightning"
+publisher = "{PUBLISHER}"
 
 [tool.flwr.app.components]
 serverapp = "fl_lightning.deploy.server_app:app"
