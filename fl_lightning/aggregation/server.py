@@ -4,8 +4,8 @@
 client's momentum over its own uploads (channel ``delta``, the rule's ``momentum``), the attack (channel ``delta``,
 the malicious rows forged from the honest rows of the same round and group), bucketing (the rule's ``bucket``), the
 rule. A group left by drops with fewer uploads than the rule serves keeps its coordinates for the round
-(``aggregation/skipped_groups``). It draws the malicious clients once per run from the run seed, flips their labels
-for a data attack, writes clients.csv (who was sampled, uploaded what, was malicious, dropped) and keeps a stateful
+(``aggregation/skipped_groups``). It draws the malicious clients once per run from the run seed (``malicious``: a data
+attack relabels them through fl_lightning.attacks.poisoned_data), writes clients.csv (who was sampled, uploaded what, was malicious, dropped) and keeps a stateful
 rule's previous output and the clients' momenta in the checkpoint."""
 from __future__ import annotations
 
@@ -50,7 +50,6 @@ class RobustServer(FLCallback):
         self._received: Optional[ReceivedUploads] = None
         self._in_round, self._skipped = 0, 0
         self._rows: list[dict] = []
-        self._flipped = None  # (clients' data, its labels before the flip)
 
     # -- before the run ----------------------------------------------------------------------------------------
     def refuse(self, fit) -> Optional[ConfigError]:
@@ -89,24 +88,6 @@ class RobustServer(FLCallback):
         if self.attack is not None:
             self.malicious = set(self.attack.malicious(num_clients, derive_seed(MALICIOUS_STREAM)))
             self.attack.prepare(num_clients, per_round)
-
-    def on_train_start(self, trainer, pl_module) -> None:
-        if self.attack is None or self.attack.forges_uploads or self._flipped is not None:
-            return
-        trainer.datamodule.fingerprint()  # the data's identity (checkpoints, resume) is the data as given, unflipped
-        clients = trainer.datamodule.clients  # a data attack: the malicious clients' labels, flipped for the fit
-        original = clients.y.clone()
-        classes = int(getattr(trainer.datamodule, "num_classes", 0) or int(original.max()) + 1)
-        for cid in sorted(self.malicious):
-            a, b = clients.offsets[cid], clients.offsets[cid + 1]
-            clients.y[a:b] = self.attack.flipped(original[a:b], classes)
-        self._flipped = (clients, original)
-
-    def teardown(self, trainer, pl_module, stage: str) -> None:
-        if self._flipped is not None:
-            clients, original = self._flipped
-            clients.y.copy_(original)
-            self._flipped = None
 
     # -- the round ---------------------------------------------------------------------------------------------
     def received_sums(self, sizes: dict[str, int], device: torch.device, ordered: bool = False) -> ReceivedUploads:

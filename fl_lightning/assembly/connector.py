@@ -26,6 +26,7 @@ from typing import Callable, Optional
 from pytorch_lightning.utilities import rank_zero_warn
 
 from fl_lightning.assembly.fit import Fit, first_refusal, hook_traits, network_traits
+from fl_lightning.attacks.poisoned_data import PoisonedData
 from fl_lightning.callbacks import CompressedUpload, ControlVariates
 from fl_lightning.errors import ConfigError
 from fl_lightning.federation.hooks import FLCallback
@@ -191,13 +192,15 @@ def received_for(module) -> Callable[..., ReceivedSums]:
 def fit_callbacks(module) -> list:
     """The fit's FLCallbacks, in the order they run: the algorithm's hooks; with ``model.privacy`` client-level DP
     after them and, with control variates, Δc's noise before them; the codec on what they upload; robust
-    aggregation last (fl_lightning.aggregation)."""
+    aggregation last (fl_lightning.aggregation), and a data attack's relabelled data (fl_lightning.attacks)."""
     algorithm = module.algorithm.callbacks()
     privacy = first = []
     if module.privacy is not None:  # after the algorithm, before the codec; Δc's noise before the algorithm reads it
         dp = ClientDP(module.privacy, controls=any(isinstance(cb, ControlVariates) for cb in algorithm))
         privacy, first = [dp], ([NoisedControlSum(dp)] if dp.controls else [])
     robust = [module.robust] if getattr(module, "robust", None) is not None else []
+    if robust and robust[0].attack is not None and not robust[0].attack.forges_uploads:
+        robust.append(PoisonedData(robust[0]))  # a data attack: the malicious clients' labels, flipped for the fit
     return first + algorithm + privacy + ([CompressedUpload(module.codec)] if module.codec is not None else []) + robust
 
 
