@@ -95,7 +95,8 @@ def test_one_setting_is_one_run_however_it_is_written(capsys):
     assert fit_in_process("same", 2, "--model.aggregator", "mean", *SIGN_FLIP_JSON, ckpt=True) == 0
     assert fit_in_process("same", 1) == 0
     assert fit_in_process("same", 2, "--model.aggregator", "mean", ckpt=True) == 0
-    folders = sorted(glob.glob("runs/same/*/version_*"), key=lambda f: "attack" not in open(f"{f}/config.yaml").read())
+    folders = sorted(glob.glob("runs/same/*/version_*"),  # the attacked run first (glob's order is the disk's)
+                     key=lambda f: "attack: null" in open(f"{f}/config.yaml").read())
     assert len(folders) == 2 and not any("aggregator" in f for f in folders)  # the explicit mean names nothing
     attacked = Path(folders[0])
     assert "attack: null" in Path(folders[1], "config.yaml").read_text()
