@@ -23,7 +23,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
 from fl_lightning.class_paths import import_class
-from fl_lightning.deploy.framing import ERROR, error_content  # noqa: F401 (a node's error: part of the protocol)
+from fl_lightning.deploy.framing import ERROR
 from fl_lightning.errors import ConfigError
 from fl_lightning.federation.contexts import ClientContext, ClientTask, RoundContext
 from fl_lightning.federation.local_training import call_hook
