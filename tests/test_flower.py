@@ -6,6 +6,7 @@ CI time: ~70 s on 2 cores. A node restarted mid-run, a node killed mid-round and
 import csv
 import glob
 import os
+import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -199,3 +200,33 @@ def test_flower_local_refuses_before_any_process_starts(tmp_path, monkeypatch, c
     assert main(["flower-local", "--config", "tiny.yaml", *args]) == 2
     assert capsys.readouterr().err == f"fl-lightning: error: {line}\n"
     assert sorted(os.listdir(tmp_path)) == ["tiny.yaml"]
+
+
+def test_the_clientapp_forwards_records_to_the_nodes_warm_worker_over_its_socket(tmp_path):
+    """Flower's default ``--isolation subprocess``: the ClientApp process starts the node's worker on the first
+    message and forwards each message's records over the local socket; the worker's answer (here the one-line
+    refusal of a partition outside the config) comes back as the reply's records."""
+    from flwr.app import ConfigRecord, Message, RecordDict
+
+    from fl_lightning.cli.lightning_cli import FederatedCLI
+    from fl_lightning.deploy import client_app, protocol
+    from fl_lightning.deploy.inline_grid import InlineGrid
+    from fl_lightning.runs.identity import run_id
+
+    (tmp_path / "server.yaml").write_text(CONFIG)
+    server = FederatedCLI(args=["--config", str(tmp_path / "server.yaml")], run=False)
+    request = {"run_id": run_id(server.config.as_dict()), "config": server.parser.dump(server.config), "fresh": True}
+    grid = InlineGrid(client_app.app, 4)  # node i holds partition i; partition 3 is outside the config's 3 clients
+    node = next(n for n, c in grid.contexts.items() if c.node_config["partition-id"] == 3)
+    grid.contexts[node].node_config["state-dir"] = str(tmp_path / "node")
+    message = Message(RecordDict({protocol.JOIN_REQUEST: ConfigRecord(request)}), dst_node_id=node,
+                      message_type="query")
+    worker = None
+    try:
+        (reply,) = grid.send_and_receive([message])
+        worker = subprocess.run(["pgrep", "-f", f"state-dir {tmp_path / 'node'}"], capture_output=True, text=True)
+        assert protocol.failure(reply) == ("partition-id: 3 is outside this run's clients 0..2 (data.num_clients 3); "
+                                           "start the SuperNode with --node-config 'partition-id=N' for 0 ≤ N < 3")
+    finally:
+        for pid in (worker.stdout.split() if worker is not None else []):
+            os.kill(int(pid), 9)

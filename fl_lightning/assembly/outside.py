@@ -35,6 +35,7 @@ from fl_lightning.algorithms import Algorithm, create
 from fl_lightning.assembly.fit import Fit
 from fl_lightning.algorithms.fednova import NormalizedAveraging
 from fl_lightning.callbacks import CompressedUpload, PooledTraining
+from fl_lightning.class_paths import class_path
 from fl_lightning.compression import CODECS
 from fl_lightning.compression.codecs import Codec
 from fl_lightning.errors import ConfigError, refuse_in_one_line
@@ -144,6 +145,11 @@ def robust_server(aggregator, attack, blocks, clients: int, per_round: int, seed
     return server
 
 
+def client_hooks(algorithm: Algorithm, codec: Optional[Codec]) -> list:
+    """The algorithm's FLCallbacks and the codec's on what they upload, in the fit's order (as on a node)."""
+    return algorithm.callbacks() + ([CompressedUpload(codec)] if codec is not None else [])
+
+
 def sampler_for(sampler, fit: Fit):
     """``sampler`` as fit's ``model.sampler`` takes it (a name, class path, ``{class_path, init_args}`` or object),
     built from the fit, and its recorded form; its ``refuse(fit)`` in one line at construction. None: uniform."""
@@ -157,7 +163,7 @@ def sampler_for(sampler, fit: Fit):
         raise refuse_in_one_line(ConfigError(option, str(refusal)[len(refusal.field) + 2:]))
     if choice is None:
         return None, None
-    spec = {"class_path": f"{choice.cls.__module__}.{choice.cls.__qualname__}", "init_args": dict(choice.options)}
+    spec = {"class_path": class_path(choice.cls), "init_args": dict(choice.options)}
     return (choice.instance or choice.cls.from_fit(fit, **choice.options)), spec
 
 
@@ -204,7 +210,7 @@ class InProcessServer:
         self.algorithm.check_with(weighted_aggregation, self.codec)
         self.net = copy.deepcopy(model).cpu()
         self.algorithm.check_network(self.net)  # before callbacks(): e.g. FedPer, FedBN find their layers here
-        callbacks = self.algorithm.callbacks() + ([CompressedUpload(self.codec)] if self.codec is not None else [])
+        callbacks = client_hooks(self.algorithm, self.codec)
         if any(isinstance(cb, PooledTraining) for cb in callbacks):
             raise refuse_in_one_line(ConfigError(f"{FIELD}(algorithm=...)", f"{self.algorithm.name} trains one "
                                                  "model on every client's data pooled in one place, which no "

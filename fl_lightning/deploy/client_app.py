@@ -84,9 +84,8 @@ def forward(message, context, kind: str):
         content = IN_PROCESS.handle(settings, kind, message.content)
     else:
         with _connect(settings) as conn:
-            framing.send(conn, {"kind": kind, "records": (packed := framing.pack(message.content))[0]}, packed[1])
-            header, body = framing.receive(conn)
-        content = framing.unpack(header["records"], body)
+            framing.send_records(conn, {"kind": kind}, message.content)
+            _, content = framing.receive_records(conn)
     return Message(content, reply_to=message)
 
 

@@ -30,8 +30,7 @@ from typing import Callable, Optional, Union
 import torch
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 
-from fl_lightning.assembly.outside import ClientSizes, accumulation_refusal, resolved, run_seed
-from fl_lightning.callbacks import CompressedUpload
+from fl_lightning.assembly.outside import ClientSizes, accumulation_refusal, client_hooks, resolved, run_seed
 from fl_lightning.deploy import protocol
 from fl_lightning.errors import ConfigError, refuse_in_one_line
 from fl_lightning.federation.blocks import partition_for
@@ -39,7 +38,6 @@ from fl_lightning.federation.client_state import ClientStateStore
 from fl_lightning.federation.contexts import RoundPlanner
 from fl_lightning.federation.flat import FlatModel
 from fl_lightning.federation.lightning_client import ClientJob, FederatedClient, check_module
-from fl_lightning.federation.local_training import call_hook
 
 FIELD = "fit_reply"
 STATE = "fl-lightning.client"  # context.state's record: this node's client rows, committed and pending
@@ -128,7 +126,7 @@ def rebuild(model, job: protocol.Job, rows: dict, directory: str) -> tuple[Clien
     algorithm, codec = resolved(setup["algorithm"], setup["compression"])
     net = copy.deepcopy(model).cpu()
     algorithm.check_network(net)  # FedPer, FedBN find their layers here, before callbacks()
-    callbacks = algorithm.callbacks() + ([CompressedUpload(codec)] if codec is not None else [])
+    callbacks = client_hooks(algorithm, codec)
     protocol.load_states(callbacks, job)
     blocks = partition_for(net, algorithm)
     flat = FlatModel(net, order=blocks.order if blocks else None)
@@ -172,10 +170,7 @@ def fit_reply(message: Message, context: Context, model, trainer, data: Union[Ca
         finally:
             trainer.callbacks.remove(callback)
         client, loss_sum, _ = client_job.result
-        derived = protocol.DerivedSums()
-        if not client_job.task.lost and client.upload.is_finite():
-            client.received = derived
-            call_hook(callbacks, "on_client_reported", client)
+        derived = protocol.report_on_node(callbacks, client)
         written = {name: [client_id] for name, table in store.tables.items() if client_id in table.written}
         store.end_round(written)
         rows = {name: store.tables[name].read(client_id) for name in written}

@@ -49,6 +49,16 @@ def receive(conn: socket.socket) -> tuple[dict, bytes]:
     return header, _recv_exact(conn, LENGTH.unpack(_recv_exact(conn, LENGTH.size))[0])
 
 
+def send_records(conn: socket.socket, header: dict, content: RecordDict) -> None:
+    records, body = pack(content)
+    send(conn, {**header, "records": records}, body)
+
+
+def receive_records(conn: socket.socket) -> tuple[dict, RecordDict]:
+    header, body = receive(conn)
+    return header, unpack(header["records"], body)
+
+
 def pack(content: RecordDict) -> tuple[list, bytes]:
     """A RecordDict as (header, body): ``[name, kind, entries]`` per record, the arrays' bytes in the body."""
     header, chunks = [], []

@@ -27,7 +27,7 @@ from fl_lightning.deploy import protocol
 from fl_lightning.errors import ConfigError
 from fl_lightning.federation.client_state import ClientStateStore
 from fl_lightning.federation.contexts import RoundPlanner
-from fl_lightning.federation.local_training import LocalConfig, LocalTrainer, call_hook
+from fl_lightning.federation.local_training import LocalConfig, LocalTrainer
 from fl_lightning.federation.memory_format import set_channels_last
 from fl_lightning.deploy.run_config import RunObjects, build_run
 from fl_lightning.runs.identity import run_id
@@ -121,13 +121,9 @@ class NodeSession:
         self._settle(job.aggregated_round)
         self.store.begin_round(plan.round, [task.client_id])
         client, loss_sum, logs = self.trainer.run_client(task, plan)
-        derived = protocol.DerivedSums()
-        reported = not task.lost and client.upload.is_finite()
-        if reported:
-            client.received = derived
-            call_hook(self.callbacks, "on_client_reported", client)
+        derived = protocol.report_on_node(self.callbacks, client)
         rows = {name: list(table.staged[task.client_id]) for name, table in self.store.tables.items()
-                if reported and task.client_id in table.written}
+                if derived is not None and task.client_id in table.written}
         self.store.end_round({})  # committed when the server says it aggregated this upload (``_settle``)
         if rows:
             self.pending = {"round": plan.round, "rows": rows}

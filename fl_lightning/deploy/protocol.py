@@ -22,7 +22,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
-from fl_lightning.class_paths import import_class
+from fl_lightning.class_paths import class_path, import_class
 from fl_lightning.deploy.framing import ERROR
 from fl_lightning.errors import ConfigError
 from fl_lightning.federation.contexts import ClientContext, ClientTask, RoundContext
@@ -164,6 +164,17 @@ class DerivedSums:
         self.records.append((channel, values.detach().to("cpu").reshape(-1).clone()))
 
 
+def report_on_node(callbacks, client: ClientContext) -> Optional[DerivedSums]:
+    """What the fit runs once an upload arrived, on the node right after training: the hooks' ``on_client_reported``
+    (their rows: c_i, residuals), with the sums they derive for the server recorded; None if nothing is reported
+    (lost, or not finite)."""
+    if client.task.lost or not client.upload.is_finite():
+        return None
+    client.received = DerivedSums()
+    call_hook(callbacks, "on_client_reported", client)
+    return client.received
+
+
 @dataclass
 class Reply:
     """One client's reply as the server reads it."""
@@ -192,7 +203,7 @@ def _message_form(message, prefix: str, arrays: dict) -> dict:
             arrays[f"{prefix}.{field.name}"] = value.detach().cpu()
         else:
             values[field.name] = value
-    return {"class": f"{cls.__module__}.{cls.__qualname__}", "values": values}
+    return {"class": class_path(cls), "values": values}
 
 
 def _message_from(form: dict, prefix: str, arrays: dict):
@@ -205,22 +216,16 @@ def _message_from(form: dict, prefix: str, arrays: dict):
     return cls(**form["values"], **tensors)
 
 
-def reply_content(job: Job, client: ClientContext, loss_sum: torch.Tensor, sums: DerivedSums,
+def reply_content(job: Job, client: ClientContext, loss_sum: torch.Tensor, sums: Optional[DerivedSums],
                   logs: Optional[RecordedLogs] = None, seconds: float = 0.0) -> RecordDict:
     arrays, parts = {"loss_sum": loss_sum.detach().cpu().reshape(())}, []
     for index, part in enumerate(client.upload.parts):
         parts.append({"channel": part.channel, "ranges": [list(r) for r in part.ranges],
                       "message": _message_form(part.message, f"part{index}", arrays)})
-    arrays.update({f"sum.{index}": values for index, (_, values) in enumerate(sums.records)})
-    entries = []
-    for index, (name, value) in enumerate(logs.entries if logs is not None else []):
-        if isinstance(value, torch.Tensor):
-            arrays[f"log.{index}"] = value.detach().cpu()
-            value = None
-        entries.append([name, value])
     reply = {"run_id": job.run_id, "round": job.round, "client_id": job.client_id, "parts": json.dumps(parts),
              "download_bytes": int(client.download.nbytes), "steps": int(client.steps), "weight": float(client.weight),
-             "logs": json.dumps(entries), "sums": json.dumps([channel for channel, _ in sums.records]),
+             "logs": json.dumps(_form(list(logs.entries) if logs is not None else [], "log", arrays)),
+             "sums": json.dumps(_form(sums.records if sums is not None else [], "sum", arrays)),
              "seconds": float(seconds)}
     return RecordDict({UPLOAD: ArrayRecord(arrays), REPLY: ConfigRecord(reply)})
 
@@ -229,11 +234,10 @@ def read_reply(content: RecordDict) -> Reply:
     reply, arrays = content[REPLY], content[UPLOAD].to_torch_state_dict()
     parts = [Part(p["channel"], [tuple(r) for r in p["ranges"]], _message_from(p["message"], f"part{i}", arrays))
              for i, p in enumerate(json.loads(reply["parts"]))]
-    sums = [(channel, arrays[f"sum.{i}"]) for i, channel in enumerate(json.loads(reply["sums"]))]
     return Reply(str(reply["run_id"]), int(reply["round"]), int(reply["client_id"]), Payload(parts),
                  int(reply["download_bytes"]), arrays["loss_sum"], int(reply["steps"]), float(reply["weight"]),
-                 [(name, arrays[f"log.{i}"] if value is None else value)
-                  for i, (name, value) in enumerate(json.loads(reply["logs"]))], sums, float(reply["seconds"]))
+                 _value(json.loads(reply["logs"]), arrays), _value(json.loads(reply["sums"]), arrays),
+                 float(reply["seconds"]))
 
 
 # -- errors and sizes --------------------------------------------------------------------------------------------

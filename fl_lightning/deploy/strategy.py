@@ -157,8 +157,9 @@ class AlgorithmStrategy(Strategy):
             self.join(grid)
         jobs = self.server.start_round()
         out, self.sent = [], {}
+        settings = setup(self.server, jobs[0]) if jobs else None  # the same for every job of the run
         for job in jobs:
-            content = self.clients.job(self.server.run_id, job.plan, job.task.position, setup(self.server, job))
+            content = self.clients.job(self.server.run_id, job.plan, job.task.position, settings)
             content["config"] = ConfigRecord({**dict(config), "server-round": server_round})
             message = Message(content, dst_node_id=self.node_of[job.client_id], message_type=MessageType.TRAIN,
                               group_id=str(server_round))

@@ -156,9 +156,8 @@ def main(argv=None) -> int:
             with conn:
                 conn.settimeout(None)
                 try:
-                    header, body = framing.receive(conn)
-                    records, data = framing.pack(worker.handle(header["kind"], framing.unpack(header["records"], body)))
-                    framing.send(conn, {"records": records}, data)
+                    header, content = framing.receive_records(conn)
+                    framing.send_records(conn, {}, worker.handle(header["kind"], content))
                 except OSError as err:  # the ClientApp went away mid-message (its SuperNode stopped)
                     log(f"connection lost: {err}")
     finally:

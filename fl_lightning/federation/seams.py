@@ -107,11 +107,10 @@ class PoissonSampler(Sampler):
     @classmethod
     def refuse(cls, fit) -> Optional[ConfigError]:
         if fit.held_out:  # the one place that refuses held-out clients under Poisson sampling
-            if fit.privacy_sampling == "poisson":
-                return ConfigError("model.privacy.sampling", "poisson may draw any client, so none can be held out "
-                                   "of training; leave model.personal_new_clients unset, or use sampling fixed")
-            return ConfigError("model.sampler", "poisson may draw any client, so none can be held out of training; "
-                               "leave model.personal_new_clients unset, or use model.sampler uniform")
+            field, other = ("model.privacy.sampling", "sampling fixed") if fit.privacy_sampling == "poisson" else \
+                ("model.sampler", "model.sampler uniform")
+            return ConfigError(field, "poisson may draw any client, so none can be held out of training; leave "
+                               f"model.personal_new_clients unset, or use {other}")
         return None
 
     def sample(self, round_idx: int, rng: np.random.Generator) -> list[int]:
