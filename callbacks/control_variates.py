@@ -57,6 +57,7 @@ class ControlVariates(FLCallback):
     """
 
     keeps_client_state = True  # (fl_lightning.assembly.fit.HookTraits)
+    uploads_control_variates = True  # Δc_i beside the update: client-level DP noises it too (fl_lightning.privacy)
 
     CHOICES = {"option": ("option1", "option2"), "keep": ("uploaded", "all"), "shared_coefficient": ("mean", "paper"),
                "rule": ("spec", "authors")}

@@ -13,6 +13,8 @@ from fl_lightning.federation.seeding import Purpose, derive_seed
 
 
 class PooledTraining(FLCallback):
+    pools_clients_data = True  # no federated client holds the pooled data (fl_lightning.assembly.fit.HookTraits)
+
     def configure_round(self, round):
         """Replaces the sampled clients with one pooled task: all data, one epoch, nothing sent."""
         round.clients[:] = [ClientTask(-1, 0, derive_seed(round.round, Purpose.POOLED), round.total_samples,

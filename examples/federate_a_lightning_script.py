@@ -34,7 +34,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from fl_lightning import FederatedDataModule  # + FL: the clients' shards (fl-lightning's partition of digits)
-from fl_lightning.assembly.outside import InProcessServer, resolved  # + FL
+from fl_lightning.assembly.connector import choose_algorithm  # + FL
+from fl_lightning.assembly.outside import InProcessServer  # + FL
 from fl_lightning.errors import FLUserError
 from fl_lightning.federation.blocks import partition_for
 
@@ -77,7 +78,8 @@ def trainer(epochs=1, **kwargs):
 
 def cohort(algorithm: str, options: dict) -> tuple[int, int]:
     """(clients, clients a round): 4 and 4, or one client a round per block where the algorithm has more blocks."""
-    division = partition_for(LitClassifier(), resolved({"name": algorithm, **options}, None)[0])  # FedBCGD's blocks
+    chosen = choose_algorithm({"name": algorithm, **options}, None, "InProcessServer")[0]
+    division = partition_for(LitClassifier(), chosen)  # FedBCGD's blocks
     per_round = max(PER_ROUND, division.num_blocks if division is not None else 0)
     return max(NUM_CLIENTS, per_round), per_round
 

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 from typing import Optional, Union
 
-from fl_lightning.algorithms import Algorithm, create
-from fl_lightning.compression import CODECS
+from fl_lightning.algorithms import Algorithm
 from fl_lightning.compression.codecs import Codec
 from fl_lightning.data.datamodule import FederatedDataModule
-from fl_lightning.resolve import resolve_part
 from fl_lightning.errors import ConfigError, check_accuracy
 from fl_lightning.federation.evaluation import evaluates_itself
-from fl_lightning.assembly.connector import choose_parts, describe_fit, refuse_clashes
-from fl_lightning.assembly.fit import first_refusal
+from fl_lightning.assembly.connector import choose_algorithm, choose_parts, describe_fit, refuse_clashes
 from fl_lightning.federation.trainer_path import local_trainer_options
 from fl_lightning.federation.user_module import is_lightning, network_optimizer_settings
 from fl_lightning.personalization.evaluation import check_new_clients, check_schedule
@@ -27,23 +24,9 @@ from fl_lightning.models.timm_models import timm_input_config
 def resolve(algorithm: Union[Algorithm, str, None], compression: Union[Codec, str, None]
             ) -> tuple[Algorithm, Optional[Codec]]:
     """The algorithm object (a registry name gets its defaults; None is FedAvg) and the codec: the
-    one given, else the one the algorithm's name implies (``fedpaq``: QSGD); ``"none"``: no codec."""
-    implied = None
-    if algorithm is None or isinstance(algorithm, str):
-        algorithm, implied = create(algorithm or "fedavg")
-    algorithm = resolve_part(algorithm, Algorithm, "model.algorithm", "a fl_lightning.algorithms.Algorithm or a name",
-                             off=())
-    if compression == "none":
-        return algorithm, None
-
-    def codec_named(name: str) -> Codec:
-        if name not in CODECS:
-            raise ConfigError("model.compression", f"unknown codec {name!r}; choose one of {', '.join(CODECS)}, none")
-        return CODECS[name]()
-
-    codec = resolve_part(compression, Codec, "model.compression", "a fl_lightning.compression.codecs.Codec",
-                         codec_named)
-    return algorithm, codec if codec is not None else implied
+    one given, else the one the algorithm's name implies (``fedpaq``: QSGD); ``"none"``: no codec
+    (fl_lightning.assembly.connector.choose_algorithm, which every path uses)."""
+    return choose_algorithm(algorithm, compression)
 
 
 def codec_spec(codec: Optional[Codec]) -> Optional[dict]:
@@ -136,9 +119,7 @@ def check_compatible(module, datamodule) -> None:
                               "validation_step logs its own metrics (docs/models_and_data.md, \"Your own model and data\")")
         check_network_fits(module.net, datamodule, module.flat.device)
     module.fit = describe_fit(module, datamodule)  # what the parts read (fl_lightning.assembly.connector)
-    refuse_clashes(module.parts, module.fit)
-    if module.robust is not None:  # the aggregator's and the attack's refusals (fl_lightning.aggregation.server)
-        first_refusal(module.robust.refuse(module.fit))
+    refuse_clashes(module.parts, module.fit, module.robust)
 
 
 SYSTEM_KEYS = ("system", "round_policy", "asynchronous")  # recorded as system_specs gives them

@@ -179,6 +179,33 @@ def test_no_part_reaches_into_another():
     assert not built, built  # one constructor: a ClientContext classmethod per way a context arises
 
 
+
+PARTS = ("algorithms", "compression", "aggregation", "attacks", "callbacks", "privacy", "systems", "personalization",
+         "deploy")
+BASES = {"FLCallback", "Algorithm", "Codec", "Aggregator", "Attack", "Sampler", "ClientRunner", "RoundSchedule"}
+
+
+def test_no_part_decides_by_another_parts_class():
+    """Outside a part's own package, ``isinstance`` names only an extension point's base class, never another part's
+    concrete class: a part declares a trait (``HookTraits``, ``Codec.within_norm``) and the reader asks for it."""
+    found = []
+    for path in [*PACKAGE.rglob("*.py"), *CALLBACKS.rglob("*.py")]:
+        own = path.relative_to(ROOT).parts[1] if path.is_relative_to(PACKAGE) else "callbacks"
+        tree = ast.parse(path.read_text())
+        origin = {alias.asname or alias.name: node.module for node in ast.walk(tree)
+                  if isinstance(node, ast.ImportFrom) and node.module and not node.level for alias in node.names}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "isinstance" and len(node.args) == 2:
+                kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+                for kind in kinds:
+                    name = getattr(kind, "id", "")
+                    source = origin.get(name, "").split(".")
+                    part = source[1] if source[0] == "fl_lightning" and len(source) > 1 else \
+                        "callbacks" if source[0] == "callbacks" else None
+                    if part in PARTS and part != own and name not in BASES:
+                        found.append(f"{path.relative_to(ROOT)}:{node.lineno}: isinstance(..., {name})")
+    assert not found, found
+
 def test_files_stay_small_and_the_top_level_is_short():
     sizes = {path: len(path.read_text().splitlines()) for path in modules().values()}
     assert not [f"{p.relative_to(ROOT)}: {n}" for p, n in sizes.items() if n > 420]

@@ -13,7 +13,7 @@ from fl_lightning.data.datamodule import ClientData
 from fl_lightning.personalization.prior import label_prior, majority_accuracy
 from fl_lightning.personalization.split import hold_out_per_client
 from fl_lightning.runs import report
-from fl_lightning.runs.baselines import run_seed_set
+from fl_lightning.federation.seeding import run_seed_set
 from tests.test_cli import QUICKSTART, QUIET
 
 

@@ -369,6 +369,31 @@ def test_an_in_process_server_with_fewer_clients_a_round_than_blocks_is_refused_
                         algorithm=FedBCGD(num_blocks=3), clients=4, per_round=2)
 
 
+
+def test_an_in_process_server_refuses_no_clients_a_round_a_model_without_parameters_and_another_models_save(tmp_path):
+    """What reached users late or as tracebacks: per_round=0 (not "all"), a module with nothing to train, a load() of
+    another network's save or of a file that is no save — each one line, at construction or at the load."""
+    from fl_lightning.assembly.outside import InProcessServer
+
+    for build, line in [
+        (lambda: InProcessServer(nn.Linear(4, 2), clients=4, per_round=0),
+         "InProcessServer(per_round=...): needs 1 ≤ per_round ≤ clients = 4, got 0"),
+        (lambda: InProcessServer(nn.ReLU(), clients=4),
+         "InProcessServer(model=...): ReLU has no trainable parameters, so there is nothing to federate"),
+    ]:
+        with pytest.raises(FLUserError) as error:
+            build()
+        assert str(error.value).startswith(line), str(error.value)
+    InProcessServer(nn.Linear(4, 2), clients=4).save(str(tmp_path / "server.pt"))
+    torch.save({"round": 3}, tmp_path / "other.pt")
+    for model, path, line in [
+        (nn.Linear(5, 2), "server.pt", "InProcessServer.load: the saved server's model has 10 values, this one 12"),
+        (nn.Linear(4, 2), "other.pt", "InProcessServer.load: is not a saved InProcessServer"),
+    ]:
+        with pytest.raises(FLUserError) as error:
+            InProcessServer(model, clients=4).load(str(tmp_path / path))
+        assert str(error.value).startswith(line), str(error.value)
+
 def test_an_in_process_server_takes_fits_sampler_and_refuses_privacy_at_construction():
     """Poisson sampling (``--model.sampler poisson``: each client joins with q = S/M): the user's script ends with the
     fit's global model bit for bit; what the sampler or privacy cannot serve is one line at construction."""

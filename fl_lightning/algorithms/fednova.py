@@ -30,6 +30,8 @@ def effective_steps(steps: int, momentum: float) -> float:
 class NormalizedAveraging(FLCallback):
     """FedNova's normalised upload and τ_eff-scaled server update."""
 
+    counts_local_steps = True  # the upload is normalised by τ_i (fl_lightning.assembly.fit.HookTraits)
+
     def configure_round(self, round):
         round.channels.update(steps=1, weighted_steps=1)
 

@@ -14,8 +14,10 @@ accelerator connector chooses a strategy and refuses every clash in one place).
    an explicit ``model.sampler`` beside them is refused.
 3. Clashes between options are refused when the module is built (``choose_parts``); clashes with the fit — its
    data, network, hooks and codec — once the fit is described (``describe_fit``) and before any run file, by each
-   chosen part's ``refuse(fit)``: the schedule's, the sampler's, then the runner's; the first is reported, in one
-   line naming the options.
+   chosen part's ``refuse(fit)``: the schedule's, the sampler's, the runner's, then the aggregator's and the attack's;
+   the first is reported, in one line naming the options.
+4. Outside ``fit`` (``InProcessServer``, ``AlgorithmStrategy``): the same parts, taken the same ways, chosen here
+   (``choose_algorithm``, ``outside_parts``) and refused by the same ``refuse(fit)`` at construction.
 """
 from __future__ import annotations
 
@@ -25,20 +27,26 @@ from typing import Callable, Optional
 
 from pytorch_lightning.utilities import rank_zero_warn
 
+from fl_lightning.aggregation import RobustServer, resolve_aggregator, resolve_attack
+from fl_lightning.algorithms import Algorithm, create
 from fl_lightning.assembly.fit import Fit, first_refusal, hook_traits, network_traits
 from fl_lightning.attacks.poisoned_data import PoisonedData
-from fl_lightning.callbacks import CompressedUpload, ControlVariates
-from fl_lightning.errors import ConfigError
+from fl_lightning.callbacks import CompressedUpload
+from fl_lightning.class_paths import class_path
+from fl_lightning.compression import CODECS
+from fl_lightning.compression.codecs import Codec
+from fl_lightning.errors import ConfigError, refuse_in_one_line
 from fl_lightning.federation.hooks import FLCallback
 from fl_lightning.federation.local_training import LocalTrainer
 from fl_lightning.federation.messages import ReceivedSums
 from fl_lightning.federation.runners import RUNNERS
 from fl_lightning.federation.seams import SAMPLERS, SCHEDULES, ClientRunner, RoundSchedule, Sampler, SerialRunner
+from fl_lightning.federation.seeding import run_seed_set
 from fl_lightning.personalization.evaluation import new_client_ids
 from fl_lightning.privacy import ClientDP
 from fl_lightning.privacy.callback import check_before_fit as check_privacy
 from fl_lightning.privacy.control import NoisedControlSum
-from fl_lightning.resolve import Choice, resolve_choice
+from fl_lightning.resolve import Choice, read_numbers, resolve_choice, resolve_part
 from fl_lightning.systems.dropout import ClientDropout
 from fl_lightning.systems.fedbuff import Asynchronous
 
@@ -134,9 +142,9 @@ def describe_fit(module, datamodule) -> Fit:
         network=network_traits(module.flat, module.local_loss, clients, hp.batch_size))
 
 
-def refuse_clashes(parts: Parts, fit: Fit) -> None:
-    """Every chosen part's refusal of the fit, the first one raised (schedule, sampler, runner); before that, init_args
-    its ``from_fit`` does not take."""
+def refuse_clashes(parts: Parts, fit: Fit, robust: Optional[RobustServer] = None) -> None:
+    """Every chosen part's refusal of the fit, the first one raised (schedule, sampler, runner, then the aggregator's
+    and the attack's: fl_lightning.aggregation.server); before that, init_args its ``from_fit`` does not take."""
     for option, choice, leading in (("model.schedule", parts.schedule, ()), ("model.sampler", parts.sampler, ()),
                                     ("model.client_runner", parts.runner, (None,))):
         if choice.instance is None:
@@ -148,7 +156,8 @@ def refuse_clashes(parts: Parts, fit: Fit) -> None:
             except TypeError as err:
                 raise ConfigError(option, f"{choice.label} takes no such init_args ({err}); give the options its "
                                   "from_fit takes") from None
-    first_refusal(parts.schedule.cls.refuse(fit), parts.sampler.cls.refuse(fit), parts.runner.cls.refuse(fit))
+    first_refusal(parts.schedule.cls.refuse(fit), parts.sampler.cls.refuse(fit), parts.runner.cls.refuse(fit),
+                  robust.refuse(fit) if robust is not None else None)
 
 
 def _built(choice: Choice, fit: Fit, *leading):
@@ -196,7 +205,7 @@ def fit_callbacks(module) -> list:
     algorithm = module.algorithm.callbacks()
     privacy = first = []
     if module.privacy is not None:  # after the algorithm, before the codec; Δc's noise before the algorithm reads it
-        dp = ClientDP(module.privacy, controls=any(isinstance(cb, ControlVariates) for cb in algorithm))
+        dp = ClientDP(module.privacy, controls=any(hook_traits(cb).uploads_control_variates for cb in algorithm))
         privacy, first = [dp], ([NoisedControlSum(dp)] if dp.controls else [])
     robust = [module.robust] if getattr(module, "robust", None) is not None else []
     if robust and robust[0].attack is not None and not robust[0].attack.forges_uploads:
@@ -219,3 +228,116 @@ def chosen_runner(module, fit: Optional[Fit]) -> Callable[[LocalTrainer], Client
     if brought:
         return brought[0].attach
     return runner_for(module.parts.runner, fit)
+
+
+# -- a federation outside fit: InProcessServer and AlgorithmStrategy (fl_lightning.assembly.outside) ----------------
+# They take fit's parts the ways fit takes them, and refuse here, at construction, in one line naming their own
+# argument (``InProcessServer(aggregator=...)``): the same parts' ``refuse(fit)`` as fit's, then what no client of
+# the user's own Trainer can serve.
+
+@dataclass(frozen=True)
+class OutsideParts:
+    """The parts beside the algorithm a server outside fit runs: the sampler (None: uniform) and its recorded form,
+    the robust server (None: the streamed mean)."""
+
+    sampler: Optional[Sampler]
+    sampler_spec: Optional[dict]
+    robust: Optional[RobustServer]
+
+
+def outside_field(field: str, error: ConfigError) -> ConfigError:
+    """``model.attack.fraction: …`` → ``InProcessServer(attack=...): …``, raised in one line."""
+    if not error.field.startswith("model."):
+        return refuse_in_one_line(error)
+    key = error.field.split(".")[1]
+    return refuse_in_one_line(ConfigError(f"{field}({key}=...)", str(error)[len(error.field) + 2:]))
+
+
+def choose_algorithm(algorithm, compression, field: str = "model") -> tuple[Algorithm, Optional[Codec]]:
+    """The algorithm (None: FedAvg; a name, with its implied codec; its options as a mapping with ``name``; an
+    object) and the codec (a name or object; None: the implied one; ``"none"``: none). ``field``: ``"model"`` names
+    the options as fit does (``model.algorithm``), a server's name as its arguments (``InProcessServer(algorithm=...)``)."""
+    option, codec_option = ((f"{field}.algorithm", f"{field}.compression") if field == "model" else
+                            (f"{field}(algorithm=...)", f"{field}(compression=...)"))
+    implied = None
+    if isinstance(algorithm, dict) and "name" in algorithm:  # {"name": ..., option: value}: the command line's
+        options = {key: value for key, value in algorithm.items() if key != "name"}
+        base, implied = create(algorithm["name"])
+        try:
+            algorithm = type(base)(**read_numbers(type(base), options, lambda _: option, algorithm["name"]))
+        except ConfigError as err:
+            raise refuse_in_one_line(err) from None
+        except TypeError as err:
+            raise refuse_in_one_line(ConfigError(option, f"{err}; `fl-lightning algorithms {algorithm['name']}` lists "
+                                                 "its options")) from None
+    elif algorithm is None or isinstance(algorithm, str):
+        algorithm, implied = create(algorithm or "fedavg")
+    algorithm = resolve_part(algorithm, Algorithm, option, "a fl_lightning.algorithms.Algorithm or a name", off=())
+    if compression == "none":
+        return algorithm, None
+
+    def codec_named(name: str) -> Codec:
+        if name not in CODECS:
+            raise ConfigError(codec_option, f"unknown codec {name!r}; choose one of {', '.join(CODECS)}, none")
+        return CODECS[name]()
+
+    codec = resolve_part(compression, Codec, codec_option, "a fl_lightning.compression.codecs.Codec or a name",
+                         codec_named)
+    return algorithm, codec if codec is not None else implied
+
+
+def client_hooks(algorithm: Algorithm, codec: Optional[Codec]) -> list:
+    """The FLCallbacks a client runs outside fit (the user's Trainer, a user's ClientApp): the algorithm's and the
+    codec's on what they upload, in fit's order (``fit_callbacks``)."""
+    return algorithm.callbacks() + ([CompressedUpload(codec)] if codec is not None else [])
+
+
+def accumulation_refusal(algorithm: Algorithm, callbacks) -> Optional[str]:
+    """Why a client's Trainer may not accumulate micro-batches (a hook that counts local steps τ_i), or None."""
+    if any(hook_traits(cb).counts_local_steps for cb in callbacks):
+        return (f"{type(algorithm).__name__} normalises each update by the client's local optimizer steps τ_i; with "
+                "accumulated micro-batches a step is several minibatches and τ_i would be wrong: set "
+                "accumulate_grad_batches=1")
+    return None
+
+
+def outside_parts(field: str, fit: Fit, blocks, seed: int, aggregator=None, attack=None, sampler=None,
+                  privacy=None) -> OutsideParts:
+    """The sampler, aggregator and attack as fit takes them, built from ``fit`` and refused by the same
+    ``refuse(fit)``; then what the user's own Trainers cannot serve: client-level DP (it clips on the client), an
+    algorithm that pools every client's data, S < N blocks, an attack on the data (the user's loaders hold it)."""
+    if privacy is not None:
+        raise refuse_in_one_line(ConfigError(f"{field}(privacy=...)", "client-level DP clips every update on its "
+                                             "client, and here the clients are your own Trainers, which "
+                                             "fl-lightning does not clip yet: run it with fl-lightning fit"))
+    if any(hook.pools_clients_data for hook in fit.algorithm_hooks):
+        raise refuse_in_one_line(ConfigError(f"{field}(algorithm=...)", f"{fit.algorithm} trains one model on every "
+                                             "client's data pooled in one place, which no federated client holds; "
+                                             "run it with fl-lightning fit"))
+    if blocks is not None and fit.per_round < blocks.num_blocks:
+        raise refuse_in_one_line(ConfigError(f"{field}(per_round=...)", f"S={fit.per_round} < N={blocks.num_blocks} "
+                                             "blocks: every block needs a client each round; raise per_round (and "
+                                             "clients) or lower the algorithm's num_blocks"))
+    try:
+        choice = resolve_choice(sampler, SAMPLERS, Sampler, "model.sampler")
+        first_refusal(choice.cls.refuse(fit) if choice is not None else None)
+        robust_aggregator, robust_attack = resolve_aggregator(aggregator), resolve_attack(attack)
+    except ConfigError as error:
+        raise outside_field(field, error) from None
+    built, spec = None, None
+    if choice is not None:
+        built = choice.instance or choice.cls.from_fit(fit, **choice.options)
+        spec = {"class_path": class_path(choice.cls), "init_args": dict(choice.options)}
+    if robust_aggregator is None and robust_attack is None:
+        return OutsideParts(built, spec, None)
+    if robust_attack is not None and not robust_attack.forges_uploads:
+        raise refuse_in_one_line(ConfigError(f"{field}(attack=...)", f"{robust_attack.name} changes the clients' "
+                                             "data, which your own data loaders hold: relabel the malicious shards "
+                                             "yourself, or run it with fl-lightning fit"))
+    robust = RobustServer(robust_aggregator, robust_attack, blocks, fit.per_round)
+    refusal = robust.refuse(fit)
+    if refusal is not None:
+        raise outside_field(field, refusal)
+    with run_seed_set(seed):
+        robust.start(fit.num_clients, fit.per_round)
+    return OutsideParts(built, spec, robust)

@@ -28,19 +28,26 @@ class HookTraits:
     uploads_one_block: bool  # each client uploads one block of the division and the shared block (FedBCGD)
     changes_local_training: bool  # its client hooks change what a client computes or sends
     configures_messages: bool  # its configure_round only sizes the round's messages (a codec)
+    pools_clients_data: bool = False  # it trains on every client's data pooled in one place (centralised SGD)
+    counts_local_steps: bool = False  # it reads each client's local optimizer steps τ_i (FedNova)
+    uploads_control_variates: bool = False  # its clients upload Δc_i beside the update (SCAFFOLD, FedBCGD+)
 
 
 def hook_traits(callback) -> HookTraits:
     """The traits ``callback`` declares (``keeps_client_state``, ``uploads_one_block``, ``changes_local_training``,
-    ``thread_safe``, ``configures_messages``); ``changes_local_training`` undeclared (None) is True for a callback
-    that overrides a client-side hook."""
+    ``thread_safe``, ``configures_messages``, ``pools_clients_data``, ``counts_local_steps``,
+    ``uploads_control_variates``);
+    ``changes_local_training`` undeclared (None) is True for a callback that overrides a client-side hook."""
     changes = getattr(callback, "changes_local_training", None)
     if changes is None:
         changes = any(getattr(type(callback), hook, None) is not getattr(FLCallback, hook)
                       for hook in CLIENT_SIDE_HOOKS)
     return HookTraits(type(callback).__name__, bool(getattr(callback, "keeps_client_state", False)),
                       bool(getattr(callback, "thread_safe", True)), bool(getattr(callback, "uploads_one_block", False)),
-                      bool(changes), bool(getattr(callback, "configures_messages", False)))
+                      bool(changes), bool(getattr(callback, "configures_messages", False)),
+                      bool(getattr(callback, "pools_clients_data", False)),
+                      bool(getattr(callback, "counts_local_steps", False)),
+                      bool(getattr(callback, "uploads_control_variates", False)))
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ settings it ends with the fit's global model::
             Trainer(max_epochs=1, callbacks=[job.callback]).fit(model, DataLoader(shard, 50, sampler=job.sampler(shard)))
     model.load_state_dict(server.global_state(), strict=False)
 
+Its parts — the algorithm, codec, sampler, aggregator and attack, taken as fit takes them — are chosen and refused
+by the connector (fl_lightning.assembly.connector's ``outside_parts``: the parts' own ``refuse(fit)``, at construction).
 Per-client state (c_i, h_i, residuals) lives in the client-state store in ``directory``; ``save(path)`` between
 rounds and ``load(path)`` in a new process (same options, same ``directory``) resume exactly.
 """
@@ -24,20 +26,14 @@ import math
 import os
 import tempfile
 import uuid
-from contextlib import contextmanager
 from typing import Callable, Iterator, Optional, Sequence
 
 import torch
 from torch import nn
 
-from fl_lightning.aggregation import RobustServer, resolve_aggregator, resolve_attack, spec_of
-from fl_lightning.algorithms import Algorithm, create
-from fl_lightning.assembly.fit import Fit
-from fl_lightning.algorithms.fednova import NormalizedAveraging
-from fl_lightning.callbacks import CompressedUpload, PooledTraining
-from fl_lightning.class_paths import class_path
-from fl_lightning.compression import CODECS
-from fl_lightning.compression.codecs import Codec
+from fl_lightning.aggregation import spec_of
+from fl_lightning.assembly.connector import accumulation_refusal, choose_algorithm, client_hooks, outside_parts
+from fl_lightning.assembly.fit import Fit, hook_traits
 from fl_lightning.errors import ConfigError, refuse_in_one_line
 from fl_lightning.federation.blocks import partition_for
 from fl_lightning.federation.client_state import ClientStateStore
@@ -46,9 +42,10 @@ from fl_lightning.federation.flat import FlatModel
 from fl_lightning.federation.lightning_client import ClientJob
 from fl_lightning.federation.local_training import LocalTrainer
 from fl_lightning.federation.loop import FederatedLoop, LocalConfig
-from fl_lightning.federation.seams import SAMPLERS, ClientRunner, Sampler, SerialRunner
 from fl_lightning.federation.messages import ReceivedSums
-from fl_lightning.resolve import read_numbers, resolve_choice, resolve_part
+from fl_lightning.federation.seams import ClientRunner, SerialRunner
+from fl_lightning.federation.seeding import run_seed_set
+from fl_lightning.runs.files import save_atomically
 
 FIELD = "InProcessServer"
 FORMAT = 1
@@ -76,104 +73,6 @@ class NothingSent:
     nbytes = 0
 
 
-@contextmanager
-def run_seed(seed: int):
-    """The loop's server streams (sampling, block order) drawn from ``seed`` (fl_lightning.federation.seeding)."""
-    saved = os.environ.get("PL_GLOBAL_SEED")
-    os.environ["PL_GLOBAL_SEED"] = str(seed)
-    try:
-        yield
-    finally:
-        if saved is None:
-            del os.environ["PL_GLOBAL_SEED"]
-        else:
-            os.environ["PL_GLOBAL_SEED"] = saved
-
-
-def resolved(algorithm, compression) -> tuple[Algorithm, Optional[Codec]]:
-    """The algorithm (a name, with its implied codec; an object; its options with ``name``) and the codec."""
-    implied = None
-    if isinstance(algorithm, dict) and "name" in algorithm:  # {"name": ..., option: value}: the command line's
-        options = {key: value for key, value in algorithm.items() if key != "name"}
-        base, implied = create(algorithm["name"])
-        try:
-            options = read_numbers(type(base), options, lambda _: f"{FIELD}(algorithm=...)", algorithm["name"])
-            algorithm = type(base)(**options)
-        except ConfigError as err:
-            raise refuse_in_one_line(err) from None
-        except TypeError as err:
-            raise refuse_in_one_line(ConfigError(f"{FIELD}(algorithm=...)", f"{err}; `fl-lightning algorithms "
-                                                 f"{algorithm['name']}` lists its options")) from None
-    elif isinstance(algorithm, str):
-        algorithm, implied = create(algorithm)
-    algorithm = resolve_part(algorithm, Algorithm, f"{FIELD}(algorithm=...)", "an Algorithm or a name", off=())
-    if compression == "none":
-        return algorithm, None
-
-    def codec_named(name: str) -> Codec:
-        if name not in CODECS:
-            raise ConfigError(f"{FIELD}(compression=...)", f"unknown codec {name!r}; choose one of {', '.join(CODECS)}")
-        return CODECS[name]()
-
-    codec = resolve_part(compression, Codec, f"{FIELD}(compression=...)", "a Codec or a name", codec_named)
-    return algorithm, codec if codec is not None else implied
-
-
-def robust_server(aggregator, attack, blocks, clients: int, per_round: int, seed: int) -> Optional[RobustServer]:
-    """``aggregator`` and ``attack`` (as ``fit`` takes them) as the server's RobustServer, refused in one line at
-    construction where they cannot serve; None for the default mean without an attack."""
-    def refused(error: ConfigError) -> ConfigError:  # model.attack.fraction: … → InProcessServer(attack=...): …
-        return refuse_in_one_line(ConfigError(f"{FIELD}({error.field.split('.')[1]}=...)",
-                                              str(error)[len(error.field) + 2:]))
-
-    try:
-        aggregator, attack = resolve_aggregator(aggregator), resolve_attack(attack)
-    except ConfigError as error:
-        raise refused(error) from None
-    if aggregator is None and attack is None:
-        return None
-    if attack is not None and not attack.forges_uploads:
-        raise refuse_in_one_line(ConfigError(f"{FIELD}(attack=...)", f"{attack.name} changes the clients' data, which "
-                                             "your own data loaders hold: relabel the malicious shards yourself, or "
-                                             "run it with fl-lightning fit"))
-    server = RobustServer(aggregator, attack, blocks, per_round)
-    refusal = server.refuse(Fit(num_clients=clients, per_round=per_round))
-    if refusal is not None:
-        raise refused(refusal)
-    with run_seed(seed):
-        server.start(clients, per_round)
-    return server
-
-
-def client_hooks(algorithm: Algorithm, codec: Optional[Codec]) -> list:
-    """The algorithm's FLCallbacks and the codec's on what they upload, in the fit's order (as on a node)."""
-    return algorithm.callbacks() + ([CompressedUpload(codec)] if codec is not None else [])
-
-
-def sampler_for(sampler, fit: Fit):
-    """``sampler`` as fit's ``model.sampler`` takes it (a name, class path, ``{class_path, init_args}`` or object),
-    built from the fit, and its recorded form; its ``refuse(fit)`` in one line at construction. None: uniform."""
-    option = f"{FIELD}(sampler=...)"
-    try:
-        choice = resolve_choice(sampler, SAMPLERS, Sampler, option)
-        refusal = choice.cls.refuse(fit) if choice is not None else None
-    except ConfigError as error:
-        raise refuse_in_one_line(error) from None
-    if refusal is not None:
-        raise refuse_in_one_line(ConfigError(option, str(refusal)[len(refusal.field) + 2:]))
-    if choice is None:
-        return None, None
-    spec = {"class_path": class_path(choice.cls), "init_args": dict(choice.options)}
-    return (choice.instance or choice.cls.from_fit(fit, **choice.options)), spec
-
-
-def accumulation_refusal(callbacks) -> Optional[str]:
-    if any(isinstance(cb, NormalizedAveraging) for cb in callbacks):
-        return ("FedNova normalises each update by the client's local optimizer steps τ_i; with accumulated "
-                "micro-batches a step is several minibatches and τ_i would be wrong: set accumulate_grad_batches=1")
-    return None
-
-
 class InProcessServer:
     """Args:
         model: the user's model (a LightningModule; a copy holds x^r).
@@ -196,12 +95,8 @@ class InProcessServer:
                  grad_clip: Optional[float] = None, server_optimizer: Optional[Callable] = None,
                  directory: Optional[str] = None, aggregator=None, attack=None, sampler=None, privacy=None,
                  runner: Callable[[LocalTrainer], ClientRunner] = SerialRunner):
-        if privacy is not None:
-            raise refuse_in_one_line(ConfigError(f"{FIELD}(privacy=...)", "client-level DP clips every update on its "
-                                                 "client, and here the clients are your own Trainers, which "
-                                                 "fl-lightning does not clip yet: run it with fl-lightning fit"))
-        self.algorithm, self.codec = resolved(algorithm, compression)
-        if clients < 1 or not 1 <= (per_round or clients) <= clients:
+        self.algorithm, self.codec = choose_algorithm(algorithm, compression, FIELD)
+        if clients < 1 or not 1 <= (clients if per_round is None else per_round) <= clients:  # 0 is not "all"
             raise refuse_in_one_line(ConfigError(f"{FIELD}(per_round=...)", f"needs 1 ≤ per_round ≤ clients "
                                                  f"= {clients}, got {per_round}"))
         if num_samples is not None and len(num_samples) != clients:
@@ -209,26 +104,24 @@ class InProcessServer:
                                                  f"for {clients} clients: one per client, in client order"))
         self.algorithm.check_with(weighted_aggregation, self.codec)
         self.net = copy.deepcopy(model).cpu()
+        if not any(p.requires_grad for p in self.net.parameters()):
+            raise refuse_in_one_line(ConfigError(f"{FIELD}(model=...)", f"{type(model).__name__} has no trainable "
+                                                 "parameters, so there is nothing to federate: give the network "
+                                                 "your Trainers fit"))
         self.algorithm.check_network(self.net)  # before callbacks(): e.g. FedPer, FedBN find their layers here
         callbacks = client_hooks(self.algorithm, self.codec)
-        if any(isinstance(cb, PooledTraining) for cb in callbacks):
-            raise refuse_in_one_line(ConfigError(f"{FIELD}(algorithm=...)", f"{self.algorithm.name} trains one "
-                                                 "model on every client's data pooled in one place, which no "
-                                                 "federated client holds; run it with fl-lightning fit"))
         if num_samples is None and (weighted_aggregation or getattr(self.algorithm, "scale_alpha_by_size", False)):
             raise refuse_in_one_line(ConfigError(f"{FIELD}(num_samples=...)", "weights clients by their sizes n_i: "
                                                  "give num_samples=[n_0, ..., n_{M-1}]"))
-        self.seed, self.per_round, self.num_clients = int(seed), per_round or clients, clients
+        self.seed, self.per_round, self.num_clients = int(seed), clients if per_round is None else per_round, clients
         self.num_samples = list(num_samples) if num_samples is not None else None
         blocks = partition_for(self.net, self.algorithm)
-        if blocks is not None and self.per_round < blocks.num_blocks:  # at construction, not at the first round
-            raise refuse_in_one_line(ConfigError(f"{FIELD}(per_round=...)", f"S={self.per_round} < N="
-                                                 f"{blocks.num_blocks} blocks: every block needs a client each round; "
-                                                 "raise per_round (and clients) or lower the algorithm's num_blocks"))
-        self.robust = robust_server(aggregator, attack, blocks, clients, self.per_round, self.seed)
+        hooks = tuple(hook_traits(cb) for cb in callbacks)  # the algorithm's, then the codec's (client_hooks)
         fit = Fit(num_clients=clients, per_round=self.per_round, samples=tuple(num_samples or ()),
-                  algorithm=self.algorithm.name)
-        self.sampler, self.sampler_spec = sampler_for(sampler, fit)
+                  algorithm=self.algorithm.name, algorithm_hooks=hooks[:len(hooks) - (self.codec is not None)],
+                  hooks=hooks, codec_stateless=None if self.codec is None else self.codec.stateless)
+        parts = outside_parts(FIELD, fit, blocks, self.seed, aggregator, attack, sampler, privacy)  # refused here
+        self.robust, self.sampler, self.sampler_spec = parts.robust, parts.sampler, parts.sampler_spec
         self.flat = FlatModel(self.net, order=blocks.order if blocks else None)
         self.global_vector = self.flat.vector.detach().clone()
         params = [self.global_vector[:self.flat.num_params]]
@@ -258,7 +151,7 @@ class InProcessServer:
         if self.jobs is not None:
             raise refuse_in_one_line(ConfigError(FIELD, f"round {self.round_idx + 1} is still open: end_round() "
                                                  "first (or iterate server.round() to its end)"))
-        with run_seed(self.seed):
+        with run_seed_set(self.seed):
             self._plan = plan = self.loop.configure_round(self.round_idx)
         if self.local_epochs is None and any(task.local_epochs != 1 for task in plan.clients):
             raise refuse_in_one_line(ConfigError(f"{FIELD}(local_epochs=...)", f"{self.algorithm.name} sets each "
@@ -266,7 +159,7 @@ class InProcessServer:
                                                  "the epochs you train, local_epochs=E, and fit each job for "
                                                  "Trainer(max_epochs=job.epochs)"))
         segments = tuple((s.name, s.shape) for s in self.flat.segments)
-        refusal = accumulation_refusal(self.callbacks)
+        refusal = accumulation_refusal(self.algorithm, self.callbacks)
         self.jobs = [ClientJob(self.run_id, self.round_idx, task, plan, self.callbacks, self.global_vector, segments,
                                self.algorithm.name, self.grad_clip, self.weighted,
                                None if self.local_epochs is None else task.local_epochs, refusal,
@@ -289,7 +182,7 @@ class InProcessServer:
         plan, jobs = self._plan, self.jobs
         trained = [(position, job.result if job.result is not None else self._lost(job))
                    for position, job in enumerate(jobs)]
-        with run_seed(self.seed):
+        with run_seed_set(self.seed):
             loss = self.loop.finish_round(self.round_idx, plan, iter(trained))
         self.jobs, self._plan = None, None
         self.round_idx += 1
@@ -334,6 +227,13 @@ class InProcessServer:
                 "comm": self.loop.comm.state_dict(), "parts": self.loop.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
+        if not isinstance(state, dict) or state.get("format") != FORMAT or "global_vector" not in state:
+            raise refuse_in_one_line(ConfigError(f"{FIELD}.load", "is not a saved InProcessServer: give the file "
+                                                 "its save(path) wrote"))
+        saved, now = state["global_vector"].numel(), self.global_vector.numel()
+        if saved != now:
+            raise refuse_in_one_line(ConfigError(f"{FIELD}.load", f"the saved server's model has {saved} values, "
+                                                 f"this one {now}: load a save of the same network"))
         for name, now in (("seed", self.seed), ("algorithm", self.algorithm.spec()), *self._robust_specs().items(),
                           ("num_clients", self.num_clients), ("per_round", self.per_round)):
             if state.get(name) != now:
@@ -359,8 +259,7 @@ class InProcessServer:
 
     def save(self, path: str) -> None:
         """The server's state between rounds, written atomically (the client rows stay in ``directory``)."""
-        torch.save(self.state_dict(), path + ".tmp")
-        os.replace(path + ".tmp", path)
+        save_atomically(self.state_dict(), path)
 
     def load(self, path: str) -> "InProcessServer":
         self.load_state_dict(torch.load(path, weights_only=True))

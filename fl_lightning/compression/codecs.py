@@ -143,6 +143,12 @@ class Codec:
         raise NotImplementedError
 
     @property
+    def within_norm(self) -> bool:
+        """True if a decoded message never has a larger norm than the values encoded (client-level DP's clip C then
+        bounds it: fl_lightning.privacy): no rescaling, no rounding up, no error feedback."""
+        return False
+
+    @property
     def stateless(self) -> bool:
         """True if it keeps no per-client state between rounds (no error feedback, no ``client_state``)."""
         return not self.error_feedback and type(self).client_state is Codec.client_state
@@ -190,6 +196,10 @@ class TopK(SparseCodec):
 
     def __init__(self, k: float = 0.1, error_feedback: bool = True):
         super().__init__(k, error_feedback)
+
+    @property
+    def within_norm(self) -> bool:
+        return not self.error_feedback  # a subset of the entries, unscaled
 
     def encode(self, values, generator):
         return topk(values, self.k)

@@ -25,19 +25,22 @@ import copy
 import os
 import shutil
 import tempfile
-from typing import Callable, Optional, Union
+from typing import Callable, Union
 
 import torch
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 
-from fl_lightning.assembly.outside import ClientSizes, accumulation_refusal, client_hooks, resolved, run_seed
+from fl_lightning.assembly.connector import accumulation_refusal, choose_algorithm, client_hooks
+from fl_lightning.assembly.outside import ClientSizes
 from fl_lightning.deploy import protocol
 from fl_lightning.errors import ConfigError, refuse_in_one_line
 from fl_lightning.federation.blocks import partition_for
 from fl_lightning.federation.client_state import ClientStateStore
 from fl_lightning.federation.contexts import RoundPlanner
 from fl_lightning.federation.flat import FlatModel
+from fl_lightning.federation.seeding import run_seed_set
 from fl_lightning.federation.lightning_client import ClientJob, FederatedClient, check_module
+from fl_lightning.runs.files import save_atomically
 
 FIELD = "fit_reply"
 STATE = "fl-lightning.client"  # context.state's record: this node's client rows, committed and pending
@@ -49,7 +52,9 @@ def answer_join(message: Message, context: Context) -> Message:
     if isinstance(partition, bool) or not isinstance(partition, int):
         raise refuse_in_one_line(ConfigError("partition-id", f"the node has {partition!r}; start each SuperNode with "
                                              "--node-config 'partition-id=N' (simulation sets it)"))
-    return Message(RecordDict({protocol.JOIN_ANSWER: ConfigRecord({"partition-id": partition})}), reply_to=message)
+    run = message.content[protocol.JOIN_REQUEST]["run_id"]  # a user's node holds no config of its own: the run's
+    return Message(RecordDict({protocol.JOIN_ANSWER: ConfigRecord({"partition_id": partition, "run_id": run})}),
+                   reply_to=message)
 
 
 def read_job(message: Message) -> protocol.Job:
@@ -98,16 +103,14 @@ class NodeRows:
         self.state["pending"] = {"round": round_idx, "rows": rows} if rows else None
         self.context.state[STATE], self.context.state[f"{STATE}.form"] = protocol.value_records(self.state)
         if self.path is not None:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            torch.save(self.state, self.path + ".tmp")
-            os.replace(self.path + ".tmp", self.path)
+            save_atomically(self.state, self.path)
 
 
 def check_algorithm(algorithm, setup: dict) -> None:
     """The algorithm the ClientApp expects (a name or an ``Algorithm``) is the strategy's."""
     if algorithm is None:
         return
-    mine = resolved(algorithm, "none")[0]
+    mine = choose_algorithm(algorithm, "none", FIELD)[0]
     server = setup["algorithm_name"]
     if mine.name != server or (not isinstance(algorithm, str) and protocol.as_sent(mine.spec()) != setup["algorithm"]):
         described = mine.name if isinstance(algorithm, str) else repr(mine)
@@ -123,7 +126,7 @@ def rebuild(model, job: protocol.Job, rows: dict, directory: str) -> tuple[Clien
     setup = job.setup
     segments = tuple((name, tuple(shape)) for name, shape in setup["segments"])
     check_module(model, segments)
-    algorithm, codec = resolved(setup["algorithm"], setup["compression"])
+    algorithm, codec = choose_algorithm(setup["algorithm"], setup["compression"], FIELD)
     net = copy.deepcopy(model).cpu()
     algorithm.check_network(net)  # FedPer, FedBN find their layers here, before callbacks()
     callbacks = client_hooks(algorithm, codec)
@@ -137,13 +140,13 @@ def rebuild(model, job: protocol.Job, rows: dict, directory: str) -> tuple[Clien
         table.write(client_id, values)
         table.end_round([client_id])
     planner = RoundPlanner(flat, ClientSizes(setup["num_clients"], setup["num_samples"]), blocks, store)
-    with run_seed(setup["seed"]):
+    with run_seed_set(setup["seed"]):
         plan = protocol.replay_round(planner.plan(job.round, job.lr, job.tasks()), callbacks, job)
     store.begin_round(job.round, [client_id])
     task = plan.clients[job.position]
     client_job = ClientJob(job.run_id, job.round, task, plan, callbacks, job.global_vector.to(flat.device), segments,
                            setup["algorithm_name"], setup["grad_clip"], setup["weighted"],
-                           None if setup["local_epochs"] is None else task.local_epochs, accumulation_refusal(callbacks))
+                           None if setup["local_epochs"] is None else task.local_epochs, accumulation_refusal(algorithm, callbacks))
     return client_job, callbacks, store
 
 

@@ -31,6 +31,7 @@ from fl_lightning.federation.local_training import LocalConfig, LocalTrainer
 from fl_lightning.federation.memory_format import set_channels_last
 from fl_lightning.deploy.run_config import RunObjects, build_run
 from fl_lightning.runs.identity import run_id
+from fl_lightning.runs.files import save_atomically
 
 STORE_FILE = "store.pt"
 
@@ -92,9 +93,8 @@ class NodeSession:
 
     def _persist(self) -> None:
         """The slot table and the pending rows, atomically (rows are pwritten and synced by ``state_dict``)."""
-        path = os.path.join(self.directory, STORE_FILE)
-        torch.save({"store": self.store.state_dict(), "pending": self.pending}, path + ".tmp")
-        os.replace(path + ".tmp", path)
+        save_atomically({"store": self.store.state_dict(), "pending": self.pending},
+                        os.path.join(self.directory, STORE_FILE))
 
     def _settle(self, aggregated_round: int) -> None:
         """Commits the rows of the last upload if the server aggregated it, else drops them."""

@@ -296,6 +296,18 @@ class NodeClients(ClientRunner):
         client.scratch[self] = reply.sums
         return client, loss_sum, logs
 
+    def traffic(self, plan: RoundContext, position: int, node: Optional[int], sent_bytes: int, received_bytes: int,
+                reply: Optional[Reply], client: ClientContext) -> dict:
+        """One sampled client's row of the round's traffic (flower.csv, ``AlgorithmStrategy.traffic``): the bytes in
+        Flower's messages each way (``wire_bytes``) and the counted ones (``client`` as ``client(...)`` rebuilt it)."""
+        task = plan.clients[position]
+        reported = reply is not None and not task.lost
+        return {"round": plan.round + 1, "partition": task.client_id, "node_id": node,
+                "sent_message_bytes": sent_bytes, "received_message_bytes": received_bytes,
+                "counted_download_bytes": client.download.nbytes,
+                "counted_upload_bytes": client.upload.nbytes if reported else 0,
+                "node_train_s": None if reply is None else round(reply.seconds, 4), "reported": int(reported)}
+
     def reported(self, client: ClientContext) -> None:
         self.aggregated[client.client_id] = client.round
         for channel, values in client.scratch.get(self, []):

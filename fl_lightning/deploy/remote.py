@@ -75,14 +75,9 @@ class RemoteClients(protocol.NodeClients):
         for position in positions:
             node, message, reply, result = answered.get(position, (None, None, None, None))
             trained = self.client(plan, position, result)
-            client, task = trained[0], plan.clients[position]
-            self.rows.append({"round": plan.round + 1, "partition": task.client_id, "node_id": node,
-                              "sent_message_bytes": protocol.wire_bytes(message) if message is not None else 0,
-                              "received_message_bytes": protocol.wire_bytes(reply) if reply is not None else 0,
-                              "counted_download_bytes": client.download.nbytes,
-                              "counted_upload_bytes": 0 if result is None or task.lost else client.upload.nbytes,
-                              "node_train_s": None if result is None else round(result.seconds, 4),
-                              "round_trip_s": round(round_trip, 4), "reported": int(result is not None and not task.lost)})
+            row = self.traffic(plan, position, node, protocol.wire_bytes(message) if message is not None else 0,
+                               protocol.wire_bytes(reply) if reply is not None else 0, result, trained[0])
+            self.rows.append({**row, "round_trip_s": round(round_trip, 4)})
             yield position, trained
 
 

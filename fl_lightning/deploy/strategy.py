@@ -27,7 +27,6 @@ a ServerApp started again with the same options and PATH (a new ``flwr run``) lo
 from __future__ import annotations
 
 import os
-import time
 from logging import INFO, WARNING
 from typing import Iterable, Optional
 
@@ -41,11 +40,12 @@ from flwr.supercore import log
 from fl_lightning.assembly.outside import InProcessServer
 from fl_lightning.class_paths import class_path
 from fl_lightning.deploy import protocol
-from fl_lightning.errors import ConfigError, refuse_in_one_line
+from fl_lightning.deploy.join import Membership
+from fl_lightning.errors import ConfigError, FLUserError, refuse_in_one_line
+from fl_lightning.runs.files import save_atomically
 
 FIELD = "AlgorithmStrategy"
 FORMAT = 1
-JOIN = "query"
 
 
 def setup(server: InProcessServer, job) -> dict:
@@ -118,35 +118,14 @@ class AlgorithmStrategy(Strategy):
         server.global_vector.copy_(server.flat.vector.detach())  # the parameters are views of flat.vector
 
     def join(self, grid: Grid) -> dict[int, int]:
-        """{client: node id}: every node answers its ``partition-id`` (``client_helper.answer_join``)."""
-        num_clients = self.server.num_clients
-        deadline = time.monotonic() + self.join_timeout
-        nodes = list(grid.get_node_ids())
-        while len(nodes) < num_clients and time.monotonic() < deadline:
-            time.sleep(0.2)
-            nodes = list(grid.get_node_ids())
-        asks = [Message(RecordDict({protocol.JOIN_REQUEST: ConfigRecord({"run_id": self.server.run_id})}),
-                        dst_node_id=node, message_type=JOIN) for node in nodes]
-        for reply in grid.send_and_receive(asks, timeout=self.join_timeout):
-            if reply.has_error():
-                log(WARNING, "node %s did not join: %s", reply.metadata.src_node_id, reply.error.reason)
-                continue
-            partition = int(reply.content[protocol.JOIN_ANSWER]["partition-id"])
-            if not 0 <= partition < num_clients:
-                raise refuse_in_one_line(ConfigError(f"{FIELD}(num_clients=...)", f"node {reply.metadata.src_node_id}"
-                                                     f" holds partition {partition}, outside clients 0..{num_clients - 1}"
-                                                     ": give num_clients as many as the federation's partitions"))
-            if partition in self.node_of and self.node_of[partition] != reply.metadata.src_node_id:
-                raise refuse_in_one_line(ConfigError("partition-id", f"nodes {self.node_of[partition]} and "
-                                                     f"{reply.metadata.src_node_id} both hold partition {partition}: "
-                                                     "give each SuperNode its own partition-id"))
-            self.node_of[partition] = reply.metadata.src_node_id
-        missing = [c for c in range(num_clients) if c not in self.node_of]
-        if missing:
-            raise refuse_in_one_line(ConfigError(f"{FIELD}(num_clients=...)", f"no node holds partition(s) "
-                                                 f"{missing[:5]} of {num_clients} after {self.join_timeout:.0f} s: "
-                                                 "start one SuperNode per partition (partition-id) or give "
-                                                 "num_clients as many as there are"))
+        """{client: node id}: every node answers its ``partition-id`` (``client_helper.answer_join``;
+        fl_lightning.deploy.join, as flower-local's nodes)."""
+        membership = Membership(grid, self.server.run_id, None, None, fresh=True)
+        try:
+            membership.wait_for(self.server.num_clients, self.join_timeout)
+        except FLUserError as err:
+            raise refuse_in_one_line(err) from None
+        self.node_of = membership.node_of
         return self.node_of
 
     # -- a round ---------------------------------------------------------------------------------------
@@ -187,13 +166,11 @@ class AlgorithmStrategy(Strategy):
             received[result.client_id] = (result, protocol.wire_bytes(reply))
         for client_id, (job, sent_bytes) in self.sent.items():
             result, reply_bytes = received.get(client_id, (None, 0))
+            trained = self.clients.client(job.plan, job.task.position, result)
             if result is not None:
-                job.result = self.clients.client(job.plan, job.task.position, result)
-            self.traffic.append({"round": server.round_idx + 1, "partition": client_id, "node_id": self.node_of[client_id],
-                                 "sent_message_bytes": sent_bytes, "received_message_bytes": reply_bytes,
-                                 "counted_download_bytes": 0 if result is None else result.download_bytes,
-                                 "counted_upload_bytes": 0 if result is None else job.result[0].upload.nbytes,
-                                 "reported": int(result is not None)})
+                job.result = trained  # a job never trained is a client that failed to report (end_round)
+            self.traffic.append(self.clients.traffic(job.plan, job.task.position, self.node_of[client_id], sent_bytes,
+                                                     reply_bytes, result, trained[0]))
         done = server.round_idx + 1
         loss = server.end_round()
         self.sent = {}
@@ -255,8 +232,7 @@ class AlgorithmStrategy(Strategy):
 
     def save(self, path: str) -> None:
         """Written atomically: a ServerApp killed while saving leaves the previous round's file."""
-        torch.save(self.state_dict(), path + ".tmp")
-        os.replace(path + ".tmp", path)
+        save_atomically(self.state_dict(), path)
 
     def load(self, path: str) -> "AlgorithmStrategy":
         self.load_state_dict(torch.load(path, weights_only=True))

@@ -52,10 +52,16 @@ class FLCallback(pl.Callback):
     configures_messages: bool = False
     # Traits the fit's parts read (fl_lightning.assembly.fit.HookTraits), never the class: True if it keeps per-client
     # vectors across rounds in the client-state store; True if each client uploads one block of the division;
-    # whether its client hooks change what a client computes or sends (None: True if it overrides a client hook)
+    # whether its client hooks change what a client computes or sends (None: True if it overrides a client hook);
+    # True if it trains on every client's data pooled in one place (no federated client holds it); True if it reads
+    # each client's count of local optimizer steps τ_i (a step of several accumulated micro-batches would skew it);
+    # True if its clients upload control-variate changes Δc_i beside the update (SCAFFOLD, FedBCGD+)
     keeps_client_state: bool = False
     uploads_one_block: bool = False
     changes_local_training: Optional[bool] = None
+    pools_clients_data: bool = False
+    counts_local_steps: bool = False
+    uploads_control_variates: bool = False
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """Refuses to sit silently on a Trainer whose module runs no federated rounds."""

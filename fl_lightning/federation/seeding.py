@@ -44,6 +44,21 @@ def run_seed() -> int:
     return int(os.environ.get("PL_GLOBAL_SEED", 0))
 
 
+@contextmanager
+def run_seed_set(seed: int):
+    """The run seed as fit sets it (PL_GLOBAL_SEED) for the block: a server outside fit drawing the loop's server
+    streams (sampling, block order), a node replaying its round, a seeded partition re-made."""
+    old = os.environ.get("PL_GLOBAL_SEED")
+    os.environ["PL_GLOBAL_SEED"] = str(seed)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("PL_GLOBAL_SEED", None)
+        else:
+            os.environ["PL_GLOBAL_SEED"] = old
+
+
 def derive_seed(*keys: int) -> int:
     """A 63-bit seed from the run seed and ``keys`` (e.g. round, client)."""
     return _seed_from([run_seed() & 0xFFFFFFFF, *keys])

@@ -106,9 +106,7 @@ def check_algorithm(privacy: PrivacyOptions, algorithm_name: str, weighted_aggre
     if weighted_aggregation:
         raise ConfigError("model.weighted_aggregation", "with model.privacy the sum's sensitivity must be C: "
                           "weights n_i would scale it; set weighted_aggregation false")
-    if codec is not None:
-        from fl_lightning.compression.codecs import TopK
-        if not isinstance(codec, TopK) or codec.error_feedback:
-            raise ConfigError("model.compression", f"{type(codec).__name__} can decode to a norm above the clip C "
-                              "(rescaling, rounding up or error feedback), so the noise would not cover it; use topk "
-                              "with error_feedback false, or none")
+    if codec is not None and not codec.within_norm:
+        raise ConfigError("model.compression", f"{type(codec).__name__} can decode to a norm above the clip C "
+                          "(rescaling, rounding up or error feedback), so the noise would not cover it; use topk "
+                          "with error_feedback false, or none")

@@ -11,32 +11,17 @@
 from __future__ import annotations
 
 import json
-import os
 import statistics
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
 import yaml
 
 from fl_lightning.errors import ConfigError
+from fl_lightning.federation.seeding import run_seed_set
 
 PRIOR_KEYS = ("label_prior_acc_mean", "label_prior_acc_p10")
 LOCAL_KEYS = ("local_pval_acc_mean", "pval_gain")
-
-
-@contextmanager
-def run_seed_set(seed: int):
-    """The run seed as fit sets it (PL_GLOBAL_SEED), for re-making a run's seeded partition."""
-    old = os.environ.get("PL_GLOBAL_SEED")
-    os.environ["PL_GLOBAL_SEED"] = str(seed)
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("PL_GLOBAL_SEED", None)
-        else:
-            os.environ["PL_GLOBAL_SEED"] = old
 
 
 def _init_args(section) -> dict:

@@ -124,3 +124,13 @@ def append_rows(run_dirs: list[str], name: str, columns: tuple, rows: list[dict]
             if new:
                 writer.writeheader()
             writer.writerows(rows)
+
+
+def save_atomically(state, path: str) -> None:
+    """``torch.save(state, path)`` through a temporary file: a process killed while saving leaves the previous file
+    (a server's or a node's state between rounds)."""
+    import torch
+
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    torch.save(state, path + ".tmp")
+    os.replace(path + ".tmp", path)
