@@ -105,7 +105,8 @@ class Fit:
         run_dir = next(scratch.rglob("version_0"))
         self.kept.mkdir(parents=True, exist_ok=True)
         for file in ("clients.csv", "config.yaml", "metrics.csv"):  # metrics.csv last: it marks the fit finished
-            shutil.copy(run_dir / file, self.kept / file)
+            if file != "clients.csv" or (run_dir / file).exists():  # the plain mean without an attack writes none
+                shutil.copy(run_dir / file, self.kept / file)
         return f"{self.name} done: {(done.stdout.strip().splitlines() or [''])[-1]}"
 
 
