@@ -88,6 +88,20 @@ def test_refusals_are_one_line():
         FederatedModule(MLP(64, 10), aggregator="median", privacy=PrivacyOptions(noise_multiplier=1.0, clip=1.0))
     with pytest.raises(ConfigError, match="model.attack.fraction: got 1.5"):
         FederatedModule(MLP(64, 10), attack={"class_path": "sign_flip", "init_args": {"fraction": 1.5}})
+    from fl_lightning.aggregation import RobustServer, resolve_aggregator, resolve_attack
+    from fl_lightning.assembly.fit import Fit
+    from fl_lightning.systems.fedbuff import Asynchronous
+
+    for server, fit, line in [  # the same clashes as the part's refuse(fit), on every path (the connector asks it)
+        (RobustServer(resolve_aggregator("median"), None, None, 5), Fit(10, 5, privacy_sampling="fixed"),
+         "model.aggregator: is not combined with model.privacy"),
+        (RobustServer(None, resolve_attack("sign_flip"), None, 5), Fit(10, 5, privacy_sampling="poisson"),
+         "model.attack: is not combined with model.privacy"),
+        (RobustServer(None, resolve_attack("sign_flip"), None, 5), Fit(10, 5, asynchronous=Asynchronous()),
+         "model.attack: needs synchronous rounds"),
+    ]:
+        assert str(server.refuse(fit)).startswith(line), str(server.refuse(fit))
+    assert RobustServer(resolve_aggregator("median"), None, None, 5).refuse(Fit(10, 5)) is None
 
 
 def test_refusals_count_the_group_the_rule_really_gets():

@@ -106,20 +106,11 @@ def settle_robustness(module, aggregator, attack) -> Optional[RobustServer]:
         module.save_hyperparameters({**hp, "aggregator": spec_of(aggregator), "attack": spec_of(attack)})
     if aggregator is None and attack is None:
         return None
-    if module.privacy is not None:
-        raise ConfigError("model.aggregator" if aggregator is not None else "model.attack",
-                          "is not combined with model.privacy: clipping and noise change what a robust aggregate "
-                          "or an attack means; leave one of them unset")
-    if module.asynchronous is not None and attack is not None:
-        raise ConfigError("model.attack", "needs synchronous rounds; leave model.asynchronous unset")
-    if module.asynchronous is not None and aggregator is not None and (aggregator.momentum or aggregator.bucket):
-        raise ConfigError(f"model.aggregator.{'momentum' if aggregator.momentum else 'bucket'}", "needs synchronous "
-                          "rounds (client momentum across rounds; a bucket shuffle per round); leave "
-                          "model.asynchronous unset or the option unset")
     server = RobustServer(aggregator, attack, module.blocks, hp.clients_per_round)
     buffer = module.asynchronous.buffer_size if module.asynchronous is not None else None  # FedBuff: K a step
-    refusal = server.group_refusal(buffer or hp.clients_per_round, hp.client_dropout, "K" if buffer else "S")
-    if refusal is not None:
+    refusal = server.clash(module.privacy is not None, module.asynchronous) or \
+        server.group_refusal(buffer or hp.clients_per_round, hp.client_dropout, "K" if buffer else "S")
+    if refusal is not None:  # known without data: at construction (refuse(fit) asks again once the fit is described)
         raise refusal
     return server
 

@@ -54,10 +54,27 @@ class RobustServer(FLCallback):
     # -- before the run ----------------------------------------------------------------------------------------
     def refuse(self, fit) -> Optional[ConfigError]:
         """What this rule and attack cannot serve in ``fit`` (fl_lightning.assembly.fit.Fit), as one line."""
+        if (refusal := self.clash(fit.private, fit.asynchronous)) is not None:
+            return refusal
         if self.attack is not None and (refusal := self.attack.refuse(fit)) is not None:
             return refusal
         buffer = getattr(fit.asynchronous, "buffer_size", None)  # FedBuff: the rule runs on each buffer of K
         return self.group_refusal(buffer or fit.per_round, fit.client_dropout, "K" if buffer else "S")
+
+    def clash(self, private: bool, asynchronous) -> Optional[ConfigError]:
+        """What the rule and attack cannot serve beside client-level DP or FedBuff's asynchronous options: known from
+        the options alone, so the module refuses it when built, and ``refuse(fit)`` on every path."""
+        if private:
+            return ConfigError("model.aggregator" if self.configured is not None else "model.attack", "is not "
+                               "combined with model.privacy: clipping and noise change what a robust aggregate or an "
+                               "attack means; leave one of them unset")
+        if asynchronous is not None and self.attack is not None:
+            return ConfigError("model.attack", "needs synchronous rounds; leave model.asynchronous unset")
+        if asynchronous is not None and (self.aggregator.momentum or self.aggregator.bucket):
+            return ConfigError(f"model.aggregator.{'momentum' if self.aggregator.momentum else 'bucket'}", "needs "
+                               "synchronous rounds (client momentum across rounds; a bucket shuffle per round); leave "
+                               "model.asynchronous unset or the option unset")
+        return None
 
     def group_refusal(self, per_round: int, dropout: float, letter: str = "S") -> Optional[ConfigError]:
         """The rule against the smallest group a round has (⌊S/N⌋ with N blocks; FedBuff: of a buffer of K), and
