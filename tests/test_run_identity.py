@@ -145,6 +145,16 @@ def test_every_kept_run_carries_the_id_of_its_settings():
         assert read_run_id(path) == run_id(yaml.safe_load(text) or {}), path
 
 
+
+def test_a_part_named_without_its_options_has_one_id_in_its_config_yaml():
+    """``--model.aggregator median``: config.yaml holds only the options given (none), the run was named by the part's
+    whole recorded form; reading the file back gives the id at its top (report and sweep --keep find it)."""
+    assert fit("--trainer.max_epochs", "1", "--model.aggregator", "median", "--model.attack", "sign_flip") == 0
+    [path] = Path("runs/quickstart").glob("*aggregator=Median*/version_0/config.yaml")
+    config = yaml.safe_load(path.read_text())
+    assert "init_args" not in config["model"]["aggregator"]  # as jsonargparse writes it: the options given
+    assert read_run_id(path) == run_id(config)
+
 def test_class_paths_of_moved_modules_still_resolve(capsys):
     """Configs and kept runs written before the package layout name fl_lightning.powersgd.PowerSGD:
     it parses, and it is the same run as the codec's new path."""

@@ -29,8 +29,10 @@ import json
 from pathlib import Path
 from typing import Optional
 
+from fl_lightning.aggregation.options import settle_config
 from fl_lightning.algorithms.names import import_class
 from fl_lightning.callbacks import FLCallback
+from fl_lightning.errors import FLUserError
 from fl_lightning.models.sizing import SIZES
 
 # Model options a resumed run may change: they steer when to stop, evaluate or test, not the algorithm.
@@ -116,6 +118,12 @@ def identity_settings(config: dict) -> dict:
         # settings say them, and the id is the same before and after they are filled in
         model["network"] = {**network, "init_args": {k: v for k, v in (network.get("init_args") or {}).items()
                                                      if k not in SIZES}}
+    recorded = {part: model[part] for part in RECORDED_PARTS if part in model}
+    try:  # as fit records them, however config.yaml spells them (jsonargparse writes only the options given)
+        settle_config(recorded, [])
+    except FLUserError:
+        pass  # a part that no longer resolves: identified as written
+    model.update(recorded)
     settings = {"model": model, "data": data, "seed_everything": config.get("seed_everything")}
     if trainer:
         settings["trainer"] = trainer
