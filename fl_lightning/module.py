@@ -219,9 +219,10 @@ class FederatedModule(pl.LightningModule):
             return loss
         return F.cross_entropy(net(x), y)
 
-    def check_compatible(self, datamodule) -> None:
-        """Fail fast on settings that only clash once model and data meet (fl_lightning.module_options)."""
-        check_compatible(self, datamodule)
+    def check_compatible(self, datamodule, trainer=None) -> None:
+        """Fail fast on settings that only clash once model and data meet (fl_lightning.module_options); ``trainer``:
+        the one that will fit them, before the module is attached to it (the command line's check)."""
+        check_compatible(self, datamodule, trainer)
         self.algorithm.check_fit(self, datamodule)  # e.g. Local without held-out data (fl_lightning.algorithms)
 
     # -- training: one epoch = one round ------------------------------------------------------

@@ -9,7 +9,8 @@ from fl_lightning.compression.codecs import Codec
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.errors import ConfigError, check_accuracy
 from fl_lightning.federation.evaluation import evaluates_itself
-from fl_lightning.assembly.connector import choose_algorithm, choose_parts, describe_fit, refuse_clashes
+from fl_lightning.assembly.connector import (brought_runner, choose_algorithm, choose_parts, describe_fit,
+                                             refuse_clashes)
 from fl_lightning.federation.trainer_path import local_trainer_options
 from fl_lightning.federation.user_module import is_lightning, network_optimizer_settings
 from fl_lightning.personalization.evaluation import check_new_clients, check_schedule
@@ -79,7 +80,7 @@ def check_target(hp) -> None:
                           "NAME (any logged metric, e.g. val/loss) and --model.target_mode min|max")
 
 
-def check_compatible(module, datamodule) -> None:
+def check_compatible(module, datamodule, trainer=None) -> None:
     """Settings that only clash once model and data meet: S ≤ M, a client per block, the network's input
     size, a network parallel clients can share (a pretrained timm model's input config is applied first)."""
     if not isinstance(datamodule, FederatedDataModule):  # a user's own data module, either namespace
@@ -118,8 +119,8 @@ def check_compatible(module, datamodule) -> None:
                               "need class indices; use a LightningModule whose training_step is the loss and whose "
                               "validation_step logs its own metrics (docs/models_and_data.md, \"Your own model and data\")")
         check_network_fits(module.net, datamodule, module.flat.device)
-    module.fit = describe_fit(module, datamodule)  # what the parts read (fl_lightning.assembly.connector)
-    refuse_clashes(module.parts, module.fit, module.robust)
+    module.fit = describe_fit(module, datamodule, trainer)  # what the parts read (fl_lightning.assembly.connector)
+    refuse_clashes(module.parts, module.fit, module.robust, brought_runner(module, trainer))
 
 
 SYSTEM_KEYS = ("system", "round_policy", "asynchronous")  # recorded as system_specs gives them

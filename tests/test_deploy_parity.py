@@ -3,7 +3,8 @@ ServerApp (``RemoteClients`` → the nodes' ``NodeSession``, the warm worker's c
 user's own app (``AlgorithmStrategy`` → ``fit_reply`` with the user's Trainer) — both Flower paths on the in-process
 grid, over the one deployment protocol (fl_lightning/deploy/protocol.py). The model each saves is the fit's, bit for
 bit, for FedAvg, SCAFFOLD (client rows on the nodes), FedBCGD+ with Top-k (blocks, control variates, a codec's
-message) and FedAvg with Krum under a sign-flip attack; the counted bytes are the fit's."""
+message) and FedAvg with Krum under a sign-flip attack; the counted bytes are the fit's. A data attack (label_flip)
+relabels on flower-local's nodes as in the fit."""
 import glob
 import os
 
@@ -122,3 +123,17 @@ def test_fit_flower_local_and_a_users_flower_app_save_the_same_model(case, workd
         header, *rows = [line.strip().split(",") for line in f]
     last = dict(zip(header, rows[-1]))
     assert float(last["comm/upload_bytes"]) == strategy.comm.upload_bytes  # the fit's counted bytes
+
+
+def test_a_data_attack_relabels_the_malicious_nodes_data_as_the_fit_does(workdir, monkeypatch):
+    """label_flip changes the malicious clients' data, which flower-local's nodes hold: each node draws the malicious
+    clients from the run seed and relabels them as the fit does (``PoisonedData.poison``), so the saved model is the
+    attacked fit's, not the clean one's. (AlgorithmStrategy refuses it: the user's own loaders hold the data.)"""
+    args = ["--config", "parity.yaml", "--model.attack", "label_flip", "--model.attack.fraction", "0.34"]
+    assert main(["fit", *args, "--trainer.logger.init_args.save_dir", "fit"]) == 0
+    assert main(["fit", "--config", "parity.yaml", "--trainer.logger.init_args.save_dir", "clean"]) == 0
+    fitted, clean = saved_model("fit"), saved_model("clean")
+    deployed = through_flower_local(args, monkeypatch)
+    assert any(not torch.equal(fitted[key], clean[key]) for key in fitted)  # the attack changed the fit
+    for key, value in fitted.items():
+        assert torch.equal(deployed[key], value), key

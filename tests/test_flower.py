@@ -192,6 +192,8 @@ def test_flower_local_refuses_a_bad_node_count_in_one_line(tmp_path, capsys):
                                                     "the nodes are real: unset it"),
     (["--nodes", "3", "--model.privacy.noise_multiplier", "1.0", "--model.privacy.clip", "0.5"],
      "model.privacy: client-level DP is not deployable on Flower yet; unset it"),
+    (["--nodes", "3", "--model.compression", "powersgd"],
+     "model.compression: the codec's messages are not deployable on Flower yet; use topk, randk or qsgd"),
 ])
 def test_flower_local_refuses_before_any_process_starts(tmp_path, monkeypatch, capsys, args, line):
     """No SuperLink, no SuperNode: refused from the config alone (no log folder, no run folder)."""
@@ -199,6 +201,22 @@ def test_flower_local_refuses_before_any_process_starts(tmp_path, monkeypatch, c
     (tmp_path / "tiny.yaml").write_text(CONFIG)
     assert main(["flower-local", "--config", "tiny.yaml", *args]) == 2
     assert capsys.readouterr().err == f"fl-lightning: error: {line}\n"
+    assert sorted(os.listdir(tmp_path)) == ["tiny.yaml"]
+
+
+def test_the_fits_connector_asks_the_deployments_refusal_of_the_runner_its_callback_brings(tmp_path, monkeypatch,
+                                                                                           capsys):
+    """The ServerApp's fit (``FlowerClients`` brings the nodes' runner): the connector asks ``NodeClients.refuse``
+    as it asks the options' runner, so a fit that reaches it without ``server_app.configured`` is refused alike."""
+    from fl_lightning.deploy.remote import FlowerClients, RemoteClients
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny.yaml").write_text(CONFIG)
+    code = main(["fit", "--config", "tiny.yaml", "--model.system", "uniform"],
+                callbacks=[FlowerClients(RemoteClients(None, 1.0))])
+    assert code == 2
+    assert capsys.readouterr().err == ("fl-lightning: error: model.system: simulated devices are for simulation; on "
+                                       "Flower the nodes are real: unset it\n")
     assert sorted(os.listdir(tmp_path)) == ["tiny.yaml"]
 
 

@@ -168,6 +168,13 @@ def test_initial_arrays_of_another_model_are_refused():
         strategy.start(grid=InlineGrid(ClientApp(), M), initial_arrays=ArrayRecord({"w": torch.zeros(2)}))
 
 
+def test_a_codec_the_nodes_cannot_carry_is_refused_at_construction():
+    """The deployment's refusal (``NodeClients.refuse``), the same part as flower-local's, asked at construction."""
+    with pytest.raises(FLUserError, match=r"^InProcessServer\(compression=...\): the codec's messages are not "
+                                          r"deployable on Flower yet; use topk, randk or qsgd$"):
+        AlgorithmStrategy("fedavg", model=make_net(L)(), compression="powersgd", num_clients=M, per_round=S)
+
+
 # -- a killed ServerApp resumes from its checkpoint ------------------------------------------------------
 def grid_with_state_dirs(shards, root):
     """A new Flower run's nodes: fresh ``context.state``; each node's ``state-dir`` is kept across runs."""

@@ -110,22 +110,37 @@ def choose_parts(module) -> Parts:
     return module.parts
 
 
+def attached_trainer(module):
+    """The module's Trainer, or None before it is attached to one (the command line's check before any run file)."""
+    try:
+        return module.trainer
+    except RuntimeError:
+        return None
+
+
 def fit_hooks(module) -> list[FLCallback]:
     """The fit's FLCallbacks: the Trainer's once the module is attached to one, else the module's own."""
-    try:
-        callbacks = module.trainer.callbacks
-    except RuntimeError:  # not attached to a Trainer yet (the command line's check before any run file)
-        callbacks = []
-    fl = [cb for cb in callbacks if isinstance(cb, FLCallback)]
+    trainer = attached_trainer(module)
+    fl = [cb for cb in (trainer.callbacks if trainer is not None else []) if isinstance(cb, FLCallback)]
     return fl or [cb for cb in fit_callbacks(module) if isinstance(cb, FLCallback)]
 
 
-def describe_fit(module, datamodule) -> Fit:
-    """The fit's description (fl_lightning.assembly.fit), from the module and its set-up data module."""
+def brought_runner(module, trainer=None) -> Optional[ClientRunner]:
+    """A ClientRunner object a Lightning callback of ``trainer`` (default: the module's) hands over as its
+    ``client_runner`` (deploy's ``FlowerClients``: the SuperNodes), else None: the options' choice trains the
+    clients."""
+    trainer = trainer or attached_trainer(module)
+    return next((cb.client_runner for cb in (trainer.callbacks if trainer is not None else [])
+                 if isinstance(getattr(cb, "client_runner", None), ClientRunner)), None)
+
+
+def describe_fit(module, datamodule, trainer=None) -> Fit:
+    """The fit's description (fl_lightning.assembly.fit), from the module and its set-up data module (and the
+    Trainer that will fit them, before the module is attached to it: the command line's check)."""
     hp, clients = module.hparams, datamodule.clients
     held_out = new_client_ids(datamodule.num_clients, hp.get("personal_new_clients"))  # never trained (pval_new/*)
     counts = datamodule.histogram() if datamodule.num_classes else None
-    privacy = module.privacy
+    privacy, trainer = module.privacy, trainer or attached_trainer(module)
     return Fit(
         num_clients=datamodule.num_clients, per_round=hp.clients_per_round,
         samples=tuple(clients.num_samples(i) for i in range(len(clients))),
@@ -139,12 +154,16 @@ def describe_fit(module, datamodule) -> Fit:
         algorithm=module.algorithm.name, algorithm_hooks=tuple(hook_traits(cb) for cb in module.algorithm.callbacks()),
         hooks=tuple(hook_traits(cb) for cb in fit_hooks(module)),
         codec_stateless=None if module.codec is None else module.codec.stateless,
+        codec_deployable=None if module.codec is None else module.codec.deployable,
+        processes=trainer.world_size if trainer is not None else 1,
         network=network_traits(module.flat, module.local_loss, clients, hp.batch_size))
 
 
-def refuse_clashes(parts: Parts, fit: Fit, robust: Optional[RobustServer] = None) -> None:
-    """Every chosen part's refusal of the fit, the first one raised (schedule, sampler, runner, then the aggregator's
-    and the attack's: fl_lightning.aggregation.server); before that, init_args its ``from_fit`` does not take."""
+def refuse_clashes(parts: Parts, fit: Fit, robust: Optional[RobustServer] = None,
+                   brought: Optional[ClientRunner] = None) -> None:
+    """Every chosen part's refusal of the fit, the first one raised (schedule, sampler, runner — ``brought``'s if a
+    callback brings one: the deployment's —, then the aggregator's and the attack's: fl_lightning.aggregation.server);
+    before that, init_args its ``from_fit`` does not take."""
     for option, choice, leading in (("model.schedule", parts.schedule, ()), ("model.sampler", parts.sampler, ()),
                                     ("model.client_runner", parts.runner, (None,))):
         if choice.instance is None:
@@ -156,7 +175,8 @@ def refuse_clashes(parts: Parts, fit: Fit, robust: Optional[RobustServer] = None
             except TypeError as err:
                 raise ConfigError(option, f"{choice.label} takes no such init_args ({err}); give the options its "
                                   "from_fit takes") from None
-    first_refusal(parts.schedule.cls.refuse(fit), parts.sampler.cls.refuse(fit), parts.runner.cls.refuse(fit),
+    runner = type(brought) if brought is not None else parts.runner.cls
+    first_refusal(parts.schedule.cls.refuse(fit), parts.sampler.cls.refuse(fit), runner.refuse(fit),
                   robust.refuse(fit) if robust is not None else None)
 
 
@@ -221,13 +241,9 @@ def check_before_fit(module, num_clients: int) -> None:
 
 
 def chosen_runner(module, fit: Optional[Fit]) -> Callable[[LocalTrainer], ClientRunner]:
-    """The fit's runner: a ClientRunner object a Lightning callback hands over as its ``client_runner`` (deploy's
-    ``FlowerClients``: the SuperNodes), else the options' choice."""
-    brought = [cb.client_runner for cb in module.trainer.callbacks
-               if isinstance(getattr(cb, "client_runner", None), ClientRunner)]
-    if brought:
-        return brought[0].attach
-    return runner_for(module.parts.runner, fit)
+    """The fit's runner: the one a callback brings (``brought_runner``), else the options' choice."""
+    brought = brought_runner(module)
+    return brought.attach if brought is not None else runner_for(module.parts.runner, fit)
 
 
 # -- a federation outside fit: InProcessServer and AlgorithmStrategy (fl_lightning.assembly.outside) ----------------
@@ -286,10 +302,10 @@ def choose_algorithm(algorithm, compression, field: str = "model") -> tuple[Algo
     return algorithm, codec if codec is not None else implied
 
 
-def client_hooks(algorithm: Algorithm, codec: Optional[Codec]) -> list:
-    """The FLCallbacks a client runs outside fit (the user's Trainer, a user's ClientApp): the algorithm's and the
-    codec's on what they upload, in fit's order (``fit_callbacks``)."""
-    return algorithm.callbacks() + ([CompressedUpload(codec)] if codec is not None else [])
+def client_hooks(algorithm: Algorithm, codec: Optional[Codec]) -> tuple[list, list]:
+    """The FLCallbacks a client runs outside fit (the user's Trainer, a user's ClientApp): the algorithm's, and the
+    codec's on what they upload; run in that order, as fit's (``fit_callbacks``)."""
+    return algorithm.callbacks(), [CompressedUpload(codec)] if codec is not None else []
 
 
 def accumulation_refusal(algorithm: Algorithm, callbacks) -> Optional[str]:
@@ -302,10 +318,11 @@ def accumulation_refusal(algorithm: Algorithm, callbacks) -> Optional[str]:
 
 
 def outside_parts(field: str, fit: Fit, blocks, seed: int, aggregator=None, attack=None, sampler=None,
-                  privacy=None) -> OutsideParts:
+                  privacy=None, runner=SerialRunner) -> OutsideParts:
     """The sampler, aggregator and attack as fit takes them, built from ``fit`` and refused by the same
-    ``refuse(fit)``; then what the user's own Trainers cannot serve: client-level DP (it clips on the client), an
-    algorithm that pools every client's data, S < N blocks, an attack on the data (the user's loaders hold it)."""
+    ``refuse(fit)`` (and the runner's: ``protocol.NodeClients``' for AlgorithmStrategy); then what the user's own
+    Trainers cannot serve: client-level DP (it clips on the client), an algorithm that pools every client's data,
+    S < N blocks, an attack on the data (the user's loaders hold it)."""
     if privacy is not None:
         raise refuse_in_one_line(ConfigError(f"{field}(privacy=...)", "client-level DP clips every update on its "
                                              "client, and here the clients are your own Trainers, which "
@@ -320,7 +337,7 @@ def outside_parts(field: str, fit: Fit, blocks, seed: int, aggregator=None, atta
                                              "clients) or lower the algorithm's num_blocks"))
     try:
         choice = resolve_choice(sampler, SAMPLERS, Sampler, "model.sampler")
-        first_refusal(choice.cls.refuse(fit) if choice is not None else None)
+        first_refusal(choice.cls.refuse(fit) if choice is not None else None, runner.refuse(fit))
         robust_aggregator, robust_attack = resolve_aggregator(aggregator), resolve_attack(attack)
     except ConfigError as error:
         raise outside_field(field, error) from None

@@ -108,6 +108,8 @@ class Fit:
     algorithm_hooks: tuple[HookTraits, ...] = ()  # the algorithm's own FLCallbacks
     hooks: tuple[HookTraits, ...] = ()  # every FLCallback of the fit, in the order they run
     codec_stateless: Optional[bool] = None  # the codec keeps no per-client state (None: no codec)
+    codec_deployable: Optional[bool] = None  # the codec's messages travel as Flower records (None: no codec)
+    processes: int = 1  # the Lightning processes that train the fit (trainer.world_size)
     network: NetworkTraits = NetworkTraits(False, False, False, ())
 
     @property

@@ -109,18 +109,21 @@ class InProcessServer:
                                                  "parameters, so there is nothing to federate: give the network "
                                                  "your Trainers fit"))
         self.algorithm.check_network(self.net)  # before callbacks(): e.g. FedPer, FedBN find their layers here
-        callbacks = client_hooks(self.algorithm, self.codec)
+        algorithm_hooks, codec_hooks = client_hooks(self.algorithm, self.codec)
+        callbacks = algorithm_hooks + codec_hooks
         if num_samples is None and (weighted_aggregation or getattr(self.algorithm, "scale_alpha_by_size", False)):
             raise refuse_in_one_line(ConfigError(f"{FIELD}(num_samples=...)", "weights clients by their sizes n_i: "
                                                  "give num_samples=[n_0, ..., n_{M-1}]"))
         self.seed, self.per_round, self.num_clients = int(seed), clients if per_round is None else per_round, clients
         self.num_samples = list(num_samples) if num_samples is not None else None
         blocks = partition_for(self.net, self.algorithm)
-        hooks = tuple(hook_traits(cb) for cb in callbacks)  # the algorithm's, then the codec's (client_hooks)
         fit = Fit(num_clients=clients, per_round=self.per_round, samples=tuple(num_samples or ()),
-                  algorithm=self.algorithm.name, algorithm_hooks=hooks[:len(hooks) - (self.codec is not None)],
-                  hooks=hooks, codec_stateless=None if self.codec is None else self.codec.stateless)
-        parts = outside_parts(FIELD, fit, blocks, self.seed, aggregator, attack, sampler, privacy)  # refused here
+                  algorithm=self.algorithm.name, algorithm_hooks=tuple(hook_traits(cb) for cb in algorithm_hooks),
+                  hooks=tuple(hook_traits(cb) for cb in callbacks),
+                  codec_stateless=None if self.codec is None else self.codec.stateless,
+                  codec_deployable=None if self.codec is None else self.codec.deployable)
+        parts = outside_parts(FIELD, fit, blocks, self.seed, aggregator, attack, sampler, privacy,
+                              runner)  # refused here
         self.robust, self.sampler, self.sampler_spec = parts.robust, parts.sampler, parts.sampler_spec
         self.flat = FlatModel(self.net, order=blocks.order if blocks else None)
         self.global_vector = self.flat.vector.detach().clone()

@@ -12,14 +12,22 @@ class PoisonedData(pl.Callback):
         server: the fit's robust server (fl_lightning.aggregation.RobustServer): its ``attack`` relabels, its
             ``malicious`` clients (drawn from the run seed at set-up) are relabelled."""
 
+    poisons_data = True  # a node that holds the data relabels it too (``poison``: fl_lightning.deploy.node)
+
     def __init__(self, server):
         self.server = server
         self.flipped = None  # (the clients' data, its labels before the flip)
 
     def on_train_start(self, trainer, pl_module) -> None:
+        self.poison(trainer.datamodule, pl_module.hparams.clients_per_round)
+
+    def poison(self, data, per_round: int) -> None:
+        """The malicious clients' labels in ``data`` flipped, once; the malicious clients drawn first where no fit
+        set the server up (a Flower node's copy of the data, under the run seed, as the fit draws them)."""
         if self.flipped is not None:
             return
-        data = trainer.datamodule
+        if not self.server.num_clients:
+            self.server.start(data.num_clients, self.server.per_round or per_round)
         data.fingerprint()  # the data's identity (checkpoints, resume) is the data as given, unflipped
         clients = data.clients
         original = clients.y.clone()

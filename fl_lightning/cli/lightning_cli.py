@@ -290,7 +290,7 @@ class FederatedCLI(LightningCLI):
                               "object could run code); drop the option")
         config["weights_only"] = True  # explicit, whatever torch's default
         self.datamodule.check()
-        self.model.check_compatible(self.datamodule)
+        self.model.check_compatible(self.datamodule, self.trainer)
         check_trainer(self.model.hparams, self.trainer)
         if self.subcommand == "fit" and self.model.privacy is not None:  # before any run folder exists
             check_privacy_fit(self.model.privacy, self.datamodule.num_clients, self.model.hparams.clients_per_round,

@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import copy
 import os
-import shutil
-import tempfile
-from typing import Callable, Union
+from typing import Callable, Optional, Union
 
 import torch
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
@@ -33,9 +31,9 @@ from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from fl_lightning.assembly.connector import accumulation_refusal, choose_algorithm, client_hooks
 from fl_lightning.assembly.outside import ClientSizes
 from fl_lightning.deploy import protocol
+from fl_lightning.deploy.rows import NodeRows, client_store, written_rows
 from fl_lightning.errors import ConfigError, refuse_in_one_line
 from fl_lightning.federation.blocks import partition_for
-from fl_lightning.federation.client_state import ClientStateStore
 from fl_lightning.federation.contexts import RoundPlanner
 from fl_lightning.federation.flat import FlatModel
 from fl_lightning.federation.seeding import run_seed_set
@@ -72,38 +70,28 @@ def message_key(message: Message) -> str:
     return f"{meta.run_id}:{meta.message_id}:{meta.created_at}"
 
 
-class NodeRows:
-    """This node's client rows in ``context.state`` (and the ``state-dir`` file): {run_id, last round trained, its
-    message, committed rows, pending rows}."""
+def saved_rows(context: Context) -> Optional[dict]:
+    """This node's rows (fl_lightning.deploy.rows) from ``context.state``, else from the ``state-dir`` file (a new
+    Flower run of the same fl-lightning run)."""
+    if STATE in context.state:
+        return protocol.value_of(context.state[STATE], context.state[f"{STATE}.form"])
+    path = rows_file(context)
+    return torch.load(path, weights_only=True) if path is not None and os.path.exists(path) else None
 
-    def __init__(self, context: Context, job: protocol.Job, message: Message):
-        self.context = context
-        directory = context.node_config.get("state-dir")
-        self.path = os.path.join(str(directory), f"{STATE}.pt") if directory else None
-        state = protocol.value_of(context.state[STATE], context.state[f"{STATE}.form"]) if STATE in context.state \
-            else None
-        if state is None and self.path is not None and os.path.exists(self.path):
-            state = torch.load(self.path, weights_only=True)  # a new Flower run of the same fl-lightning run
-        if state is None or state["run_id"] != job.run_id:  # a new run: its rows start empty
-            state = {"run_id": job.run_id, "round": -1, "rows": {}, "pending": None}
-        key = message_key(message)
-        if job.round < state["round"] or (job.round == state["round"] and state.get("message") == key):
-            raise refuse_in_one_line(ConfigError(FIELD, f"this message is round {job.round + 1}'s of run "
-                                                 f"{job.run_id[:8]}, but this node trained round "
-                                                 f"{state['round'] + 1} already: answer each new train message once"))
-        pending = state["pending"]
-        if pending is not None and pending["round"] == job.aggregated_round:
-            state["rows"].update(pending["rows"])  # the strategy aggregated that upload
-        state["pending"] = None
-        state["message"] = key
-        self.state = state
 
-    def save(self, round_idx: int, rows: dict) -> None:
-        self.state["round"] = round_idx
-        self.state["pending"] = {"round": round_idx, "rows": rows} if rows else None
-        self.context.state[STATE], self.context.state[f"{STATE}.form"] = protocol.value_records(self.state)
-        if self.path is not None:
-            save_atomically(self.state, self.path)
+def rows_file(context: Context) -> Optional[str]:
+    directory = context.node_config.get("state-dir")
+    return os.path.join(str(directory), f"{STATE}.pt") if directory else None
+
+
+def refuse_trained(saved: Optional[dict], job: protocol.Job, key: str) -> None:
+    """A job of an earlier round than this node trained, or the same message again, is refused."""
+    if saved is None or saved["run_id"] != job.run_id:
+        return
+    if job.round < saved["round"] or (job.round == saved["round"] and saved.get("message") == key):
+        raise refuse_in_one_line(ConfigError(FIELD, f"this message is round {job.round + 1}'s of run "
+                                             f"{job.run_id[:8]}, but this node trained round {saved['round'] + 1} "
+                                             "already: answer each new train message once"))
 
 
 def check_algorithm(algorithm, setup: dict) -> None:
@@ -119,35 +107,30 @@ def check_algorithm(algorithm, setup: dict) -> None:
                                              "the same algorithm and options"))
 
 
-def rebuild(model, job: protocol.Job, rows: dict, directory: str) -> tuple[ClientJob, list, ClientStateStore]:
+def rebuild(model, job: protocol.Job, store) -> tuple[ClientJob, list]:
     """The server's job for this client, with what a node needs of the run to train one client — the algorithm's
-    hooks loaded with the server's state, the model's flat layout and block division, the client-state store holding
-    this node's rows, the round replayed — and no server (no loop, no server optimizer)."""
+    hooks loaded with the server's state, the model's flat layout and block division, ``store`` (this node's rows:
+    fl_lightning.deploy.rows), the round replayed — and no server (no loop, no server optimizer)."""
     setup = job.setup
     segments = tuple((name, tuple(shape)) for name, shape in setup["segments"])
     check_module(model, segments)
     algorithm, codec = choose_algorithm(setup["algorithm"], setup["compression"], FIELD)
     net = copy.deepcopy(model).cpu()
     algorithm.check_network(net)  # FedPer, FedBN find their layers here, before callbacks()
-    callbacks = client_hooks(algorithm, codec)
+    callbacks = sum(client_hooks(algorithm, codec), [])
     protocol.load_states(callbacks, job)
     blocks = partition_for(net, algorithm)
     flat = FlatModel(net, order=blocks.order if blocks else None)
-    store, client_id = ClientStateStore(setup["num_clients"], directory), job.client_id
-    for name, values in rows.items():  # the node's committed rows, as the fit's store holds them
-        table = store.table(name, values.numel())
-        table.begin_round(job.round - 1, [client_id])
-        table.write(client_id, values)
-        table.end_round([client_id])
     planner = RoundPlanner(flat, ClientSizes(setup["num_clients"], setup["num_samples"]), blocks, store)
     with run_seed_set(setup["seed"]):
         plan = protocol.replay_round(planner.plan(job.round, job.lr, job.tasks()), callbacks, job)
-    store.begin_round(job.round, [client_id])
+    store.begin_round(job.round, [job.client_id])
     task = plan.clients[job.position]
     client_job = ClientJob(job.run_id, job.round, task, plan, callbacks, job.global_vector.to(flat.device), segments,
                            setup["algorithm_name"], setup["grad_clip"], setup["weighted"],
-                           None if setup["local_epochs"] is None else task.local_epochs, accumulation_refusal(algorithm, callbacks))
-    return client_job, callbacks, store
+                           None if setup["local_epochs"] is None else task.local_epochs,
+                           accumulation_refusal(algorithm, callbacks))
+    return client_job, callbacks
 
 
 def fit_reply(message: Message, context: Context, model, trainer, data: Union[Callable, object],
@@ -158,14 +141,15 @@ def fit_reply(message: Message, context: Context, model, trainer, data: Union[Ca
     strategy's)."""
     job = read_job(message)
     check_algorithm(algorithm, job.setup)
-    node = NodeRows(context, job, message)
     partition, client_id = context.node_config.get("partition-id"), job.client_id
     if isinstance(partition, int) and partition != client_id:
         raise refuse_in_one_line(ConfigError("partition-id", f"the strategy sent client {client_id}'s job to the "
                                              f"node holding partition {partition}"))
-    directory = tempfile.mkdtemp(prefix="fl_lightning_node_")
-    try:
-        client_job, callbacks, store = rebuild(model, job, node.state["rows"], directory)
+    saved, key = saved_rows(context), message_key(message)
+    refuse_trained(saved, job, key)
+    rows = NodeRows(saved, job.run_id)
+    with client_store(job.setup["num_clients"], client_id, job.round, rows.committed(job.aggregated_round)) as store:
+        client_job, callbacks = rebuild(model, job, store)
         callback = FederatedClient(client_job, algorithm=job.setup["algorithm_name"])
         trainer.callbacks.append(callback)
         try:
@@ -174,13 +158,11 @@ def fit_reply(message: Message, context: Context, model, trainer, data: Union[Ca
             trainer.callbacks.remove(callback)
         client, loss_sum, _ = client_job.result
         derived = protocol.report_on_node(callbacks, client)
-        written = {name: [client_id] for name, table in store.tables.items() if client_id in table.written}
-        store.end_round(written)
-        rows = {name: store.tables[name].read(client_id) for name in written}
-        store.close()
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
-    node.save(job.round, rows)
+        rows.trained(job.round, written_rows(store, client_id) if derived is not None else {})
+    rows.state["message"] = key
+    context.state[STATE], context.state[f"{STATE}.form"] = protocol.value_records(rows.state)
+    if rows_file(context) is not None:
+        save_atomically(rows.state, rows_file(context))
     content = protocol.reply_content(job, client, loss_sum, derived)
     content["metrics"] = MetricRecord({"train_loss": float(loss_sum) / max(client.steps, 1),
                                        "num-examples": int(callback.num_samples),

@@ -34,16 +34,18 @@ def mismatch(node: dict, server: dict) -> Optional[str]:
 class Membership:
     """partition id → node id of the nodes that joined this run. ``config_yaml`` and ``summary`` (the run's data:
     fl_lightning.deploy.node.data_summary) are flower-local's; a user's own ClientApp answers with its partition
-    only (None for both)."""
+    only (None for both), so ``partitions`` (M) refuses one outside 0..M-1 here (flower-local's node refuses it
+    itself: fl_lightning.deploy.node)."""
 
-    def __init__(self, grid, run_id: str, config_yaml: Optional[str], summary: Optional[dict], fresh: bool):
-        self.grid, self.run_id, self.summary = grid, run_id, summary
+    def __init__(self, grid, run_id: str, config_yaml: Optional[str], summary: Optional[dict], fresh: bool,
+                 partitions: Optional[int] = None):
+        self.grid, self.run_id, self.summary, self.partitions = grid, run_id, summary, partitions
         self.config_yaml, self.fresh = config_yaml, fresh  # fresh: a new run (not one resumed from a checkpoint)
         self.node_of: dict[int, int] = {}
         self.asked: set[int] = set()
         self.pending: dict[str, int] = {}  # join message id → node id, not answered yet
 
-    def refresh(self, strict: bool, num_clients: Optional[int] = None) -> list[str]:
+    def refresh(self, strict: bool) -> list[str]:
         """Asks the nodes that connected since and takes the answers that came (without waiting for the rest);
         returns the problems (raises the first if ``strict``). A node Flower reports unreachable is left out."""
         new = [node for node in self.grid.get_node_ids() if node not in self.asked]
@@ -61,7 +63,7 @@ class Membership:
                 continue
             error = protocol.failure(reply)
             answer = dict(reply.content[protocol.JOIN_ANSWER]) if error is None else None
-            error = error or self.problem(answer, num_clients)
+            error = error or self.problem(answer)
             if error is not None:
                 if strict:
                     raise FLUserError(error)
@@ -70,11 +72,11 @@ class Membership:
             self.node_of[answer["partition_id"]] = node
         return problems
 
-    def problem(self, answer: dict, num_clients: Optional[int] = None) -> Optional[str]:
+    def problem(self, answer: dict) -> Optional[str]:
         """The one line for a node that cannot take part in this run, else None."""
-        if num_clients is not None and not 0 <= answer["partition_id"] < num_clients:
+        if self.partitions is not None and not 0 <= answer["partition_id"] < self.partitions:
             return (f"SuperNode with partition-id {answer['partition_id']}: outside the run's clients "
-                    f"0..{num_clients - 1}; give each SuperNode a partition-id below {num_clients}")
+                    f"0..{self.partitions - 1}; give each SuperNode a partition-id below {self.partitions}")
         if answer["run_id"] != self.run_id:
             return (f"SuperNode with partition-id {answer['partition_id']}: its config is run {answer['run_id']}, the "
                     f"server's is run {self.run_id}; start it with the server's config (or none: it then takes the "
@@ -86,7 +88,7 @@ class Membership:
         node with a partition outside the config, stops the run with one line and exit code 2)."""
         deadline = time.monotonic() + timeout
         while (len(self.node_of) < num_clients or self.pending) and time.monotonic() < deadline:
-            self.refresh(strict=True, num_clients=num_clients)
+            self.refresh(strict=True)
             if len(self.node_of) < num_clients or self.pending:
                 time.sleep(0.2)
         missing = sorted(set(range(num_clients)) - set(self.node_of))

@@ -6,11 +6,9 @@ same data set, the same partitioner (partition i is the simulation's client i), 
 optimizer and algorithm hooks. ``train`` runs the task the server planned with the same
 ``LocalTrainer.run_client`` as the simulation, so its numbers are the simulation's. The hooks that the
 simulation runs once an upload arrived (``on_client_reported``: c_i, codec residuals) run here, right
-after training; what they derive for the server (``add_sum``) goes back in the reply. Their rows are
-committed only once the server says it aggregated that upload (the next task's ``aggregated_round``), so a
-reply lost on the way leaves the client's state as it was, as a dropped client's in a simulation. The
-client-state store lives in ``<state dir>/<run id>/client_state`` and its slot table, with the rows waiting
-for that word, in ``store.pt`` next to it, so a node that restarts goes on with its clients' state.
+after training; what they derive for the server (``add_sum``) goes back in the reply. Their rows
+(fl_lightning.deploy.rows, as ``fit_reply``'s) are committed only once the server says it aggregated that upload,
+and live in ``<state dir>/<run id>/rows.pt``, so a node that restarts goes on with its client's state.
 """
 from __future__ import annotations
 
@@ -25,15 +23,15 @@ from flwr.app import RecordDict
 from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.deploy import protocol
 from fl_lightning.errors import ConfigError
-from fl_lightning.federation.client_state import ClientStateStore
 from fl_lightning.federation.contexts import RoundPlanner
 from fl_lightning.federation.local_training import LocalConfig, LocalTrainer
 from fl_lightning.federation.memory_format import set_channels_last
+from fl_lightning.deploy.rows import NodeRows, client_store, written_rows
 from fl_lightning.deploy.run_config import RunObjects, build_run
 from fl_lightning.runs.identity import run_id
 from fl_lightning.runs.files import save_atomically
 
-STORE_FILE = "store.pt"
+ROWS_FILE = "rows.pt"  # the node's client rows (fl_lightning.deploy.rows)
 
 
 def data_summary(run: RunObjects, client: Optional[int] = None) -> dict:
@@ -50,7 +48,7 @@ class NodeSession:
     """Trains partition ``partition_id`` of the run configured in ``<directory>/config.yaml``.
 
     Args:
-        directory: this run's folder on the node (config.yaml, client_state/, store.pt, node.log's lines).
+        directory: this run's folder on the node (config.yaml, rows.pt).
         fresh: a new run: the client state a previous run of the same config left is removed.
     """
 
@@ -72,40 +70,20 @@ class NodeSession:
         module.net.train()
         (_, local), _ = module.configure_optimizers()
         self.module, self.optimizer, self.clients = module, local, data.clients
-        self.callbacks = [cb for cb in module.configure_callbacks() if isinstance(cb, FLCallback)]
+        callbacks = module.configure_callbacks()
+        for callback in callbacks:  # a data attack relabels the malicious clients here, where the data is
+            if getattr(callback, "poisons_data", False):
+                callback.poison(data, hp.clients_per_round)
+        self.callbacks = [cb for cb in callbacks if isinstance(cb, FLCallback)]
         grad_clip = hp.grad_clip if hp.grad_clip is not None else module.algorithm.default_grad_clip()
         config = LocalConfig(hp.clients_per_round, hp.local_epochs, hp.batch_size, hp.weighted_aggregation, grad_clip,
                              1, module.local_trainer)
         self.trainer = LocalTrainer(module.flat, local, module.local_loss, self.clients, config, self.callbacks,
                                     module.global_vector, nullcontext)
-        self.store = ClientStateStore(num_clients, os.path.join(directory, "client_state"))
-        self.planner = RoundPlanner(module.flat, self.clients, module.blocks, self.store)
-        self.pending: Optional[dict] = None  # {"round", "rows": {table: [slot, tag]}}: written, not yet committed
-        saved = os.path.join(directory, STORE_FILE)
-        if fresh:
-            self.store.start_fresh()
-            if os.path.exists(saved):
-                os.remove(saved)
-        elif os.path.exists(saved):
-            state = torch.load(saved, weights_only=True)
-            self.store.load_state_dict(state["store"])
-            self.pending = state["pending"]
-
-    def _persist(self) -> None:
-        """The slot table and the pending rows, atomically (rows are pwritten and synced by ``state_dict``)."""
-        save_atomically({"store": self.store.state_dict(), "pending": self.pending},
-                        os.path.join(self.directory, STORE_FILE))
-
-    def _settle(self, aggregated_round: int) -> None:
-        """Commits the rows of the last upload if the server aggregated it, else drops them."""
-        if self.pending is None:
-            return
-        if self.pending["round"] == aggregated_round:
-            for name, (slot, tag) in self.pending["rows"].items():
-                table = self.store.tables[name]
-                table.slot_of[self.partition_id], table.tag_of[self.partition_id] = slot, tag
-        self.pending = None
-        self._persist()
+        self.num_clients, self.blocks = num_clients, module.blocks
+        self.rows_path = os.path.join(directory, ROWS_FILE)
+        if fresh and os.path.exists(self.rows_path):
+            os.remove(self.rows_path)
 
     def train(self, job: protocol.Job) -> RecordDict:
         """One client's round: the reply to the server (fl_lightning.deploy.protocol)."""
@@ -113,19 +91,17 @@ class NodeSession:
         self.module.global_vector.copy_(job.global_vector)
         protocol.load_states(self.callbacks, job)
         self.optimizer.param_groups[0]["lr"] = job.lr
-        plan = protocol.replay_round(self.planner.plan(job.round, job.lr, job.tasks()), self.callbacks, job)
-        task = plan.clients[job.position]
-        if task.client_id != self.partition_id:
-            raise ConfigError("partition-id", f"the server sent client {task.client_id}'s task to the node holding "
+        if job.client_id != self.partition_id:
+            raise ConfigError("partition-id", f"the server sent client {job.client_id}'s task to the node holding "
                               f"partition {self.partition_id}")
-        self._settle(job.aggregated_round)
-        self.store.begin_round(plan.round, [task.client_id])
-        client, loss_sum, logs = self.trainer.run_client(task, plan)
-        derived = protocol.report_on_node(self.callbacks, client)
-        rows = {name: list(table.staged[task.client_id]) for name, table in self.store.tables.items()
-                if derived is not None and task.client_id in table.written}
-        self.store.end_round({})  # committed when the server says it aggregated this upload (``_settle``)
-        if rows:
-            self.pending = {"round": plan.round, "rows": rows}
-            self._persist()
+        rows = NodeRows(torch.load(self.rows_path, weights_only=True) if os.path.exists(self.rows_path) else None,
+                        job.run_id)
+        with client_store(self.num_clients, job.client_id, job.round, rows.committed(job.aggregated_round)) as store:
+            planner = RoundPlanner(self.module.flat, self.clients, self.blocks, store)
+            plan = protocol.replay_round(planner.plan(job.round, job.lr, job.tasks()), self.callbacks, job)
+            store.begin_round(plan.round, [job.client_id])
+            client, loss_sum, logs = self.trainer.run_client(plan.clients[job.position], plan)
+            derived = protocol.report_on_node(self.callbacks, client)
+            rows.trained(plan.round, written_rows(store, job.client_id) if derived is not None else {})
+        save_atomically(rows.state, self.rows_path)
         return protocol.reply_content(job, client, loss_sum, derived, logs, time.perf_counter() - started)

@@ -271,6 +271,22 @@ class NodeClients(ClientRunner):
         super().__init__(trainer)
         self.aggregated: dict[int, int] = {}
 
+    @classmethod
+    def refuse(cls, fit) -> Optional[ConfigError]:
+        """What clients on Flower nodes do not run (yet), asked before any node joins (``server_app.configured``,
+        ``InProcessServer`` for AlgorithmStrategy) and again by the fit's connector."""
+        if fit.population is not None:
+            return ConfigError("model.system", "simulated devices are for simulation; on Flower the nodes are real: "
+                               "unset it")
+        if fit.private:
+            return ConfigError("model.privacy", "client-level DP is not deployable on Flower yet; unset it")
+        if fit.processes > 1:
+            return ConfigError("trainer.devices", "the Flower server runs one process; set trainer.devices 1")
+        if fit.codec_deployable is False:
+            return ConfigError("model.compression", "the codec's messages are not deployable on Flower yet; use "
+                               "topk, randk or qsgd")
+        return None
+
     def job(self, run_id: str, plan: RoundContext, position: int, setup: Optional[dict] = None) -> RecordDict:
         trainer = self.trainer
         return job_content(run_id, plan, position, trainer.global_vector, trainer.callbacks,
@@ -280,12 +296,14 @@ class NodeClients(ClientRunner):
         """(client, loss sum, logs) as the loop's ``run`` yields them."""
         trainer, task = self.trainer, plan.clients[position]
         device = trainer.global_vector.device
-        client = ClientContext.on_trainer(task, plan, trainer, 1.0 if reply is None else reply.weight)
         logs, loss_sum = RecordedLogs(), torch.zeros((), device=device)
         if reply is None:
             task.lost = True
+            client = ClientContext.never_trained(task, plan.round, trainer.flat.vector, trainer.flat.grad,
+                                                 trainer.global_vector)
             client.download = SentBytes(0)
             return client, loss_sum, logs
+        client = ClientContext.on_trainer(task, plan, trainer, reply.weight)
         client.upload = reply.upload
         for part in client.upload.parts:
             if isinstance(part.message, torch.Tensor):

@@ -23,7 +23,7 @@ from typing import Optional
 
 from flwr.serverapp import ServerApp
 
-from fl_lightning.errors import ConfigError, FLUserError
+from fl_lightning.errors import FLUserError
 
 app = ServerApp()
 
@@ -44,30 +44,20 @@ def _without_fit_only(args: list[str]) -> tuple[list[str], bool]:
     return out, resume
 
 
-def check_deployable(cli) -> None:
-    """What the deployment does not run (yet): one line each, before anything is written."""
-    model = cli.model
-    if model.system is not None:
-        raise ConfigError("model.system", "simulated devices are for simulation; on Flower the nodes are real: unset it")
-    if model.privacy is not None:
-        raise ConfigError("model.privacy", "client-level DP is not deployable on Flower yet; unset it")
-    if cli.trainer.world_size > 1:
-        raise ConfigError("trainer.devices", "the Flower server runs one process; set trainer.devices 1")
-    if model.codec is not None and not model.codec.deployable:
-        raise ConfigError("model.compression", f"{type(model.codec).__name__}'s messages are not deployable on Flower "
-                          "yet; use topk, randk or qsgd")
-
-
 def configured(fit_args: list[str]):
-    """The run's objects built from its fit options (no fit) and checked deployable; and whether it resumes."""
+    """The run's objects built from its fit options (no fit), refused as its fit would refuse them with its clients
+    on Flower nodes (``NodeClients.refuse``), before any node joins; and whether it resumes."""
+    from fl_lightning.assembly.fit import first_refusal
     from fl_lightning.cli import check_config_files, thread_option
     from fl_lightning.cli.lightning_cli import FederatedCLI
+    from fl_lightning.deploy.protocol import NodeClients
 
     check_config_files(fit_args)
     options, resume = _without_fit_only(thread_option(["fit", *fit_args])[1:])
     config = options.index("--config")
     cli = FederatedCLI(args=options[config:], run=False)  # the server runs the command's fit: its objects, unfitted
-    check_deployable(cli)
+    cli.model.check_compatible(cli.datamodule, cli.trainer)  # the fit's own refusals (its Fit), then the deployment's
+    first_refusal(NodeClients.refuse(cli.model.fit))
     return cli, resume
 
 

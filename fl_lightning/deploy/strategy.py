@@ -120,7 +120,8 @@ class AlgorithmStrategy(Strategy):
     def join(self, grid: Grid) -> dict[int, int]:
         """{client: node id}: every node answers its ``partition-id`` (``client_helper.answer_join``;
         fl_lightning.deploy.join, as flower-local's nodes)."""
-        membership = Membership(grid, self.server.run_id, None, None, fresh=True)
+        membership = Membership(grid, self.server.run_id, None, None, fresh=True,
+                                partitions=self.server.num_clients)
         try:
             membership.wait_for(self.server.num_clients, self.join_timeout)
         except FLUserError as err:
@@ -166,11 +167,9 @@ class AlgorithmStrategy(Strategy):
             received[result.client_id] = (result, protocol.wire_bytes(reply))
         for client_id, (job, sent_bytes) in self.sent.items():
             result, reply_bytes = received.get(client_id, (None, 0))
-            trained = self.clients.client(job.plan, job.task.position, result)
-            if result is not None:
-                job.result = trained  # a job never trained is a client that failed to report (end_round)
+            job.result = self.clients.client(job.plan, job.task.position, result)  # no reply: a lost client
             self.traffic.append(self.clients.traffic(job.plan, job.task.position, self.node_of[client_id], sent_bytes,
-                                                     reply_bytes, result, trained[0]))
+                                                     reply_bytes, result, job.result[0]))
         done = server.round_idx + 1
         loss = server.end_round()
         self.sent = {}

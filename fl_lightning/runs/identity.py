@@ -23,6 +23,7 @@ the command or config gives (``--trainer.logger.init_args.version V``) names the
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -102,6 +103,18 @@ def numeric_callbacks(config: dict) -> list[tuple[str, dict]]:
     return [(path, args) for path, args in callback_specs(config) if changes_numbers(path)]
 
 
+@functools.lru_cache(maxsize=256)
+def recorded_form(parts: str) -> str:
+    """The aggregator and the attack (JSON) as fit records them, however config.yaml spells them (jsonargparse
+    writes only the options given); resolved once per spelling (``report`` reads many runs of few parts)."""
+    recorded = json.loads(parts)
+    try:
+        settle_config(recorded, [])
+    except FLUserError:
+        pass  # a part that no longer resolves: identified as written
+    return json.dumps(recorded, sort_keys=True, default=str)
+
+
 def identity_settings(config: dict) -> dict:
     """The settings that make a run what it is (module docstring)."""
     model = {k: v for k, v in (config.get("model") or {}).items() if k not in TAKES_EFFECT_AT_RESUME}
@@ -118,12 +131,9 @@ def identity_settings(config: dict) -> dict:
         # settings say them, and the id is the same before and after they are filled in
         model["network"] = {**network, "init_args": {k: v for k, v in (network.get("init_args") or {}).items()
                                                      if k not in SIZES}}
-    recorded = {part: model[part] for part in RECORDED_PARTS if part in model}
-    try:  # as fit records them, however config.yaml spells them (jsonargparse writes only the options given)
-        settle_config(recorded, [])
-    except FLUserError:
-        pass  # a part that no longer resolves: identified as written
-    model.update(recorded)
+    recorded = json.dumps({part: model[part] for part in RECORDED_PARTS if part in model}, sort_keys=True,
+                          default=str)
+    model.update(json.loads(recorded_form(recorded)))
     settings = {"model": model, "data": data, "seed_everything": config.get("seed_everything")}
     if trainer:
         settings["trainer"] = trainer
