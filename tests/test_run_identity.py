@@ -181,6 +181,10 @@ def test_a_label_names_a_policy_by_its_kind_and_a_deployed_run_apart(capsys):
         {"class_path": "fl_lightning.deploy.remote.FlowerClients"}]}}
     if importlib.util.find_spec("flwr") is not None:  # the callback a deployed run's ServerApp adds
         assert run_label(flower, "fedavg", ["--model.lr", "0.1"]) == "fedavg,lr=0.1,seed=0,deployed=flower"
+        from fl_lightning.deploy.remote import FlowerClients, RemoteClients
+
+        given = {**config, "trainer": {**config["trainer"], "callbacks": [FlowerClients(RemoteClients(None, 1.0))]}}
+        assert run_label(given, "fedavg", []) == "fedavg,seed=0,deployed=flower"  # as the ServerApp's fit gets it
     assert run_label(config, "fedavg", ["--model.lr", "0.1"]) == "fedavg,lr=0.1,seed=0"
     assert run_id(flower) == run_id(config)  # the same numbers: one run, resumable either way, in two folders
 

@@ -39,7 +39,7 @@ from fl_lightning.module_options import SYSTEM_KEYS, check_trainer, system_specs
 from fl_lightning.cli.options import moved
 from fl_lightning.cli.messages import plain_message
 from fl_lightning.cli.quiet import quiet_lightning
-from fl_lightning.runs.identity import ID_LINE, TAKES_EFFECT_AT_RESUME, run_id, run_label
+from fl_lightning.runs.identity import ID_LINE, TAKES_EFFECT_AT_RESUME, run_id, run_label, trainer_callbacks
 from fl_lightning.runs.resumed_folder import continue_in_checkpoint_folder, go_on_in
 from fl_lightning.models.sizing import size_network_by_data
 from fl_lightning.module import FederatedModule
@@ -273,8 +273,11 @@ class FederatedCLI(LightningCLI):
         unless the command or config gives their version (fl_lightning.runs.identity)."""
         settings = config.clone().as_dict()
         self.run_id = run_id(settings)
-        label = run_label(settings, algorithm_name(settings["model"].get("algorithm"),
-                                                   settings["model"].get("compression")), self._given_args)
+        brought = self.trainer_defaults.get("callbacks") or []  # objects main(callbacks=...) adds (the ServerApp's)
+        trainer = settings.get("trainer") or {}
+        label = run_label({**settings, "trainer": {**trainer, "callbacks": [*trainer_callbacks(settings), *brought]}},
+                          algorithm_name(settings["model"].get("algorithm"), settings["model"].get("compression")),
+                          self._given_args)
         if self.config.subcommand != "fit":
             label = f"{label}/{self.config.subcommand}"
         loggers = (config.get("trainer") or {}).get("logger")

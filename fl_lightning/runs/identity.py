@@ -92,10 +92,23 @@ def changes_numbers(class_path: Optional[str]) -> bool:
     return issubclass(cls, FLCallback) or bool(getattr(cls, "changes_numbers", False))
 
 
-def callback_specs(config: dict) -> list[tuple[Optional[str], dict]]:
-    """(class path, init args) of each callback in ``trainer.callbacks``, in order."""
+def trainer_callbacks(config: dict) -> list:
+    """``trainer.callbacks`` as given: specs, class paths, or objects (``main(callbacks=...)``, e.g. the ServerApp's)."""
     callbacks = (config.get("trainer") or {}).get("callbacks") or []
-    return [_spec(cb) for cb in (callbacks if isinstance(callbacks, list) else [callbacks])]
+    return callbacks if isinstance(callbacks, list) else [callbacks]
+
+
+def callback_specs(config: dict) -> list[tuple[Optional[str], dict]]:
+    """(class path, init args) of each callback in ``trainer.callbacks`` named by its class path, in order."""
+    return [_spec(cb) for cb in trainer_callbacks(config)]
+
+
+def deployment(callback) -> Optional[str]:
+    """The deployment a callback (a spec or an object) says the run is on (``deployment``, e.g. ``"flower"``): its
+    label then says so, and the run is not in the simulation's folder (the same id: the same numbers)."""
+    path = _spec(callback)[0]
+    cls = import_class(path) if path else type(callback)
+    return getattr(cls, "deployment", None)
 
 
 def numeric_callbacks(config: dict) -> list[tuple[str, dict]]:
@@ -223,8 +236,7 @@ def run_label(config: dict, algorithm: str, args: list[str]) -> str:
         if f"{name}={_short(value)}" not in options:
             options.append(f"{name}={_short(value)}")
             rank[options[-1]] = 1 if group == "data" else 3 if top == "network" else 0 if top == "algorithm" else 2
-    deployments = [getattr(import_class(path), "deployment", None) for path, _ in callback_specs(config) if path]
-    deployed = [f"deployed={name}" for name in deployments if name]  # e.g. on Flower: not the simulation's folder
+    deployed = [f"deployed={name}" for name in map(deployment, trainer_callbacks(config)) if name]
     seed = [f"seed={config.get('seed_everything')}"]
     label = ",".join(parts + options + seed + deployed)
     if len(label) <= MAX_LABEL:
