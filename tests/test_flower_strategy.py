@@ -170,7 +170,7 @@ def test_initial_arrays_of_another_model_are_refused():
 
 def test_a_codec_the_nodes_cannot_carry_is_refused_at_construction():
     """The deployment's refusal (``NodeClients.refuse``), the same part as flower-local's, asked at construction."""
-    with pytest.raises(FLUserError, match=r"^InProcessServer\(compression=...\): the codec's messages are not "
+    with pytest.raises(FLUserError, match=r"^AlgorithmStrategy\(compression=...\): the codec's messages are not "
                                           r"deployable on Flower yet; use topk, randk or qsgd$"):
         AlgorithmStrategy("fedavg", model=make_net(L)(), compression="powersgd", num_clients=M, per_round=S)
 
@@ -217,6 +217,6 @@ def test_a_checkpoint_of_other_options_is_refused(tmp_path):
     AlgorithmStrategy("fedavg", model=make_net(L)(), num_clients=M, per_round=S, seed=0).save(checkpoint)
     other = AlgorithmStrategy("scaffold", model=make_net(L)(), num_clients=M, per_round=S, seed=0,
                               checkpoint=checkpoint)
-    with pytest.raises(FLUserError, match=r"^InProcessServer\(algorithm=...\): is .*scaffold.* but .*fedavg.* in "
+    with pytest.raises(FLUserError, match=r"^AlgorithmStrategy\(algorithm=...\): is .*scaffold.* but .*fedavg.* in "
                                           r"the saved server: resume with the same options"):
         other.start(grid=InlineGrid(ClientApp(), M), initial_arrays=ArrayRecord(make_net(L)().state_dict()))

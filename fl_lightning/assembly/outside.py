@@ -84,6 +84,7 @@ class InProcessServer:
         weighted_aggregation, grad_clip, server_optimizer: as ``--model.*`` (server_optimizer: a callable of the
             parameter list, e.g. ``lambda p: torch.optim.Adam(p, lr=0.01)``).
         directory: the client-state store (default: a new temporary folder).
+        field: what its refusals name (``AlgorithmStrategy`` builds one and gives its own name).
         aggregator, attack, sampler: as ``--model.aggregator``, ``--model.attack``, ``--model.sampler`` (a name, a class
             path, ``{class_path, init_args}`` or an object), refused at construction in one line as ``fit`` refuses
             them; ``privacy``: refused (client-level DP would clip inside your Trainers: use ``fl-lightning fit``).
@@ -94,26 +95,27 @@ class InProcessServer:
                  num_samples: Optional[Sequence[int]] = None, weighted_aggregation: bool = False,
                  grad_clip: Optional[float] = None, server_optimizer: Optional[Callable] = None,
                  directory: Optional[str] = None, aggregator=None, attack=None, sampler=None, privacy=None,
-                 runner: Callable[[LocalTrainer], ClientRunner] = SerialRunner):
-        self.algorithm, self.codec = choose_algorithm(algorithm, compression, FIELD)
+                 runner: Callable[[LocalTrainer], ClientRunner] = SerialRunner, field: str = FIELD):
+        self.field = field  # what its refusals name (AlgorithmStrategy builds one)
+        self.algorithm, self.codec = choose_algorithm(algorithm, compression, self.field)
         if clients < 1 or not 1 <= (clients if per_round is None else per_round) <= clients:  # 0 is not "all"
-            raise refuse_in_one_line(ConfigError(f"{FIELD}(per_round=...)", f"needs 1 ≤ per_round ≤ clients "
+            raise refuse_in_one_line(ConfigError(f"{self.field}(per_round=...)", f"needs 1 ≤ per_round ≤ clients "
                                                  f"= {clients}, got {per_round}"))
         if num_samples is not None and len(num_samples) != clients:
-            raise refuse_in_one_line(ConfigError(f"{FIELD}(num_samples=...)", f"gives {len(num_samples)} sizes "
+            raise refuse_in_one_line(ConfigError(f"{self.field}(num_samples=...)", f"gives {len(num_samples)} sizes "
                                                  f"for {clients} clients: one per client, in client order"))
         self.algorithm.check_with(weighted_aggregation, self.codec)
         self.net = copy.deepcopy(model).cpu()
         if not any(p.requires_grad for p in self.net.parameters()):
-            raise refuse_in_one_line(ConfigError(f"{FIELD}(model=...)", f"{type(model).__name__} has no trainable "
+            raise refuse_in_one_line(ConfigError(f"{self.field}(model=...)", f"{type(model).__name__} has no trainable "
                                                  "parameters, so there is nothing to federate: give the network "
                                                  "your Trainers fit"))
         self.algorithm.check_network(self.net)  # before callbacks(): e.g. FedPer, FedBN find their layers here
         algorithm_hooks, codec_hooks = client_hooks(self.algorithm, self.codec)
         callbacks = algorithm_hooks + codec_hooks
         if num_samples is None and (weighted_aggregation or getattr(self.algorithm, "scale_alpha_by_size", False)):
-            raise refuse_in_one_line(ConfigError(f"{FIELD}(num_samples=...)", "weights clients by their sizes n_i: "
-                                                 "give num_samples=[n_0, ..., n_{M-1}]"))
+            raise refuse_in_one_line(ConfigError(f"{self.field}(num_samples=...)", "weights clients by their sizes "
+                                                 "n_i: give num_samples=[n_0, ..., n_{M-1}]"))
         self.seed, self.per_round, self.num_clients = int(seed), clients if per_round is None else per_round, clients
         self.num_samples = list(num_samples) if num_samples is not None else None
         blocks = partition_for(self.net, self.algorithm)
@@ -122,7 +124,7 @@ class InProcessServer:
                   hooks=tuple(hook_traits(cb) for cb in callbacks),
                   codec_stateless=None if self.codec is None else self.codec.stateless,
                   codec_deployable=None if self.codec is None else self.codec.deployable)
-        parts = outside_parts(FIELD, fit, blocks, self.seed, aggregator, attack, sampler, privacy,
+        parts = outside_parts(self.field, fit, blocks, self.seed, aggregator, attack, sampler, privacy,
                               runner)  # refused here
         self.robust, self.sampler, self.sampler_spec = parts.robust, parts.sampler, parts.sampler_spec
         self.flat = FlatModel(self.net, order=blocks.order if blocks else None)
@@ -152,12 +154,12 @@ class InProcessServer:
     def start_round(self) -> list[ClientJob]:
         """The round's sampled clients, in plan order, each a job for one ``Trainer.fit``."""
         if self.jobs is not None:
-            raise refuse_in_one_line(ConfigError(FIELD, f"round {self.round_idx + 1} is still open: end_round() "
+            raise refuse_in_one_line(ConfigError(self.field, f"round {self.round_idx + 1} is still open: end_round() "
                                                  "first (or iterate server.round() to its end)"))
         with run_seed_set(self.seed):
             self._plan = plan = self.loop.configure_round(self.round_idx)
         if self.local_epochs is None and any(task.local_epochs != 1 for task in plan.clients):
-            raise refuse_in_one_line(ConfigError(f"{FIELD}(local_epochs=...)", f"{self.algorithm.name} sets each "
+            raise refuse_in_one_line(ConfigError(f"{self.field}(local_epochs=...)", f"{self.algorithm.name} sets each "
                                                  "client's local epochs itself (e.g. adds personal epochs): give "
                                                  "the epochs you train, local_epochs=E, and fit each job for "
                                                  "Trainer(max_epochs=job.epochs)"))
@@ -180,7 +182,7 @@ class InProcessServer:
         """Aggregates the jobs that were trained (a job never trained is a client that failed to report), the
         server steps as in ``fl-lightning fit``; the reporting clients' mean local loss, or None."""
         if self.jobs is None:
-            raise refuse_in_one_line(ConfigError(FIELD, "no round is open: call start_round() (or iterate "
+            raise refuse_in_one_line(ConfigError(self.field, "no round is open: call start_round() (or iterate "
                                                  "server.round()) first"))
         plan, jobs = self._plan, self.jobs
         trained = [(position, job.result if job.result is not None else self._lost(job))
@@ -221,7 +223,8 @@ class InProcessServer:
 
     def state_dict(self) -> dict:
         if self.jobs is not None:
-            raise refuse_in_one_line(ConfigError(FIELD, f"round {self.round_idx + 1} is open: save between rounds"))
+            raise refuse_in_one_line(ConfigError(self.field, f"round {self.round_idx + 1} is open: save between "
+                                                 "rounds"))
         return {"format": FORMAT, "run_id": self.run_id, "round": self.round_idx, "seed": self.seed,
                 "algorithm": self.algorithm.spec(), **self._robust_specs(), "num_clients": self.num_clients,
                 "per_round": self.per_round, "global_vector": self.global_vector.clone(),
@@ -231,17 +234,18 @@ class InProcessServer:
 
     def load_state_dict(self, state: dict) -> None:
         if not isinstance(state, dict) or state.get("format") != FORMAT or "global_vector" not in state:
-            raise refuse_in_one_line(ConfigError(f"{FIELD}.load", "is not a saved InProcessServer: give the file "
+            raise refuse_in_one_line(ConfigError(f"{self.field}.load", "is not a saved InProcessServer: give the file "
                                                  "its save(path) wrote"))
         saved, now = state["global_vector"].numel(), self.global_vector.numel()
         if saved != now:
-            raise refuse_in_one_line(ConfigError(f"{FIELD}.load", f"the saved server's model has {saved} values, "
+            raise refuse_in_one_line(ConfigError(f"{self.field}.load", f"the saved server's model has {saved} values, "
                                                  f"this one {now}: load a save of the same network"))
         for name, now in (("seed", self.seed), ("algorithm", self.algorithm.spec()), *self._robust_specs().items(),
                           ("num_clients", self.num_clients), ("per_round", self.per_round)):
             if state.get(name) != now:
-                raise refuse_in_one_line(ConfigError(f"{FIELD}({name}=...)", f"is {now!r} now but {state.get(name)!r} "
-                                                     "in the saved server: resume with the same options"))
+                raise refuse_in_one_line(ConfigError(f"{self.field}({name}=...)", f"is {now!r} now but "
+                                                     f"{state.get(name)!r} in the saved server: resume with the "
+                                                     "same options"))
         self.run_id, self.round_idx = state["run_id"], int(state["round"])
         self.global_vector.copy_(state["global_vector"])
         self.flat.load(self.global_vector)

@@ -83,7 +83,8 @@ class AlgorithmStrategy(Strategy):
                                       compression=compression, local_epochs=local_epochs, num_samples=num_samples,
                                       weighted_aggregation=weighted_aggregation, grad_clip=grad_clip,
                                       server_optimizer=server_optimizer, directory=directory, aggregator=aggregator,
-                                      attack=attack, sampler=sampler, privacy=privacy, runner=protocol.NodeClients)
+                                      attack=attack, sampler=sampler, privacy=privacy, runner=protocol.NodeClients,
+                                      field=FIELD)
         self.clients = self.server.runner
         self.fraction_evaluate, self.join_timeout, self.checkpoint = fraction_evaluate, join_timeout, checkpoint
         self.node_of: dict[int, int] = {}
