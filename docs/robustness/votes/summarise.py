@@ -39,8 +39,10 @@ def kept(folder: Path) -> dict[tuple[str, str, str, int], float]:
 def mean_std(values: list[float]) -> str:
     if not values:
         return "—"
-    std = statistics.stdev(values) if len(values) > 1 else float("nan")
-    return f"{100 * statistics.fmean(values):.1f} ± {100 * std:.1f}" + (f" ({len(values)})" if len(values) < 3 else "")
+    mean = f"{100 * statistics.fmean(values):.1f}"
+    if len(values) == 1:
+        return f"{mean} (1 seed)"
+    return f"{mean} ± {100 * statistics.stdev(values):.1f}" + (f" ({len(values)})" if len(values) < 3 else "")
 
 
 def interval(values: list[float]) -> str:
