@@ -219,10 +219,11 @@ class FederatedModule(pl.LightningModule):
             return loss
         return F.cross_entropy(net(x), y)
 
-    def check_compatible(self, datamodule, trainer=None) -> None:
+    def check_compatible(self, datamodule, trainer=None, runner=None) -> None:
         """Fail fast on settings that only clash once model and data meet (fl_lightning.module_options); ``trainer``:
-        the one that will fit them, before the module is attached to it (the command line's check)."""
-        check_compatible(self, datamodule, trainer)
+        the one that will fit them, before the module is attached to it (the command line's check); ``runner``: the
+        ClientRunner class that will train the clients, if not the options' (the ServerApp's: the nodes)."""
+        check_compatible(self, datamodule, trainer, runner)
         self.algorithm.check_fit(self, datamodule)  # e.g. Local without held-out data (fl_lightning.algorithms)
 
     # -- training: one epoch = one round ------------------------------------------------------

@@ -80,7 +80,7 @@ def check_target(hp) -> None:
                           "NAME (any logged metric, e.g. val/loss) and --model.target_mode min|max")
 
 
-def check_compatible(module, datamodule, trainer=None) -> None:
+def check_compatible(module, datamodule, trainer=None, runner=None) -> None:
     """Settings that only clash once model and data meet: S ≤ M, a client per block, the network's input
     size, a network parallel clients can share (a pretrained timm model's input config is applied first)."""
     if not isinstance(datamodule, FederatedDataModule):  # a user's own data module, either namespace
@@ -120,7 +120,9 @@ def check_compatible(module, datamodule, trainer=None) -> None:
                               "validation_step logs its own metrics (docs/models_and_data.md, \"Your own model and data\")")
         check_network_fits(module.net, datamodule, module.flat.device)
     module.fit = describe_fit(module, datamodule, trainer)  # what the parts read (fl_lightning.assembly.connector)
-    refuse_clashes(module.parts, module.fit, module.robust, brought_runner(module, trainer))
+    brought = brought_runner(module, trainer)  # a callback's runner (the ServerApp's nodes), unless ``runner`` given
+    refuse_clashes(module.parts, module.fit, module.robust,
+                   runner or (type(brought) if brought is not None else None))
 
 
 SYSTEM_KEYS = ("system", "round_policy", "asynchronous")  # recorded as system_specs gives them

@@ -111,7 +111,7 @@ def test_a_reply_for_another_round_is_refused():
     with pytest.raises(FLUserError, match=r"^AlgorithmStrategy: a reply for round 1 of run .* reached round 2"):
         strategy.aggregate_train(2, [reply])
     context = grid.contexts[message.metadata.dst_node_id]  # the same message answered twice on its node
-    with pytest.raises(FLUserError, match=r"^fit_reply: this message is round 1's of run .* trained round 1 "
+    with pytest.raises(FLUserError, match=r"^fit_reply: round 1 of run .* reached a node that trained round 1 "
                                           r"already"):
         grid.client_app(message, context)
 

@@ -160,10 +160,10 @@ def describe_fit(module, datamodule, trainer=None) -> Fit:
 
 
 def refuse_clashes(parts: Parts, fit: Fit, robust: Optional[RobustServer] = None,
-                   brought: Optional[ClientRunner] = None) -> None:
-    """Every chosen part's refusal of the fit, the first one raised (schedule, sampler, runner — ``brought``'s if a
-    callback brings one: the deployment's —, then the aggregator's and the attack's: fl_lightning.aggregation.server);
-    before that, init_args its ``from_fit`` does not take."""
+                   runner: Optional[type[ClientRunner]] = None) -> None:
+    """Every chosen part's refusal of the fit, the first one raised (schedule, sampler, runner — ``runner`` if the
+    clients train elsewhere than the options say: the deployment's —, then the aggregator's and the attack's:
+    fl_lightning.aggregation.server); before that, init_args its ``from_fit`` does not take."""
     for option, choice, leading in (("model.schedule", parts.schedule, ()), ("model.sampler", parts.sampler, ()),
                                     ("model.client_runner", parts.runner, (None,))):
         if choice.instance is None:
@@ -175,7 +175,7 @@ def refuse_clashes(parts: Parts, fit: Fit, robust: Optional[RobustServer] = None
             except TypeError as err:
                 raise ConfigError(option, f"{choice.label} takes no such init_args ({err}); give the options its "
                                   "from_fit takes") from None
-    runner = type(brought) if brought is not None else parts.runner.cls
+    runner = runner or parts.runner.cls
     first_refusal(parts.schedule.cls.refuse(fit), parts.sampler.cls.refuse(fit), runner.refuse(fit),
                   robust.refuse(fit) if robust is not None else None)
 

@@ -40,7 +40,6 @@ from fl_lightning.federation.client_state import ClientStateStore
 from fl_lightning.federation.contexts import ClientContext
 from fl_lightning.federation.flat import FlatModel
 from fl_lightning.federation.lightning_client import ClientJob
-from fl_lightning.federation.local_training import LocalTrainer
 from fl_lightning.federation.loop import FederatedLoop, LocalConfig
 from fl_lightning.federation.messages import ReceivedSums
 from fl_lightning.federation.seams import ClientRunner, SerialRunner
@@ -95,7 +94,7 @@ class InProcessServer:
                  num_samples: Optional[Sequence[int]] = None, weighted_aggregation: bool = False,
                  grad_clip: Optional[float] = None, server_optimizer: Optional[Callable] = None,
                  directory: Optional[str] = None, aggregator=None, attack=None, sampler=None, privacy=None,
-                 runner: Callable[[LocalTrainer], ClientRunner] = SerialRunner, field: str = FIELD):
+                 runner: type[ClientRunner] = SerialRunner, field: str = FIELD):
         self.field = field  # what its refusals name (AlgorithmStrategy builds one)
         self.algorithm, self.codec = choose_algorithm(algorithm, compression, self.field)
         if clients < 1 or not 1 <= (clients if per_round is None else per_round) <= clients:  # 0 is not "all"

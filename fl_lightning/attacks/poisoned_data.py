@@ -26,7 +26,7 @@ class PoisonedData(pl.Callback):
         set the server up (a Flower node's copy of the data, under the run seed, as the fit draws them)."""
         if self.flipped is not None:
             return
-        if not self.server.num_clients:
+        if not self.server.num_clients:  # no fit set the server up (RobustServer.setup): a node's copy of the data
             self.server.start(data.num_clients, self.server.per_round or per_round)
         data.fingerprint()  # the data's identity (checkpoints, resume) is the data as given, unflipped
         clients = data.clients

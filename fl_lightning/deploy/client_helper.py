@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import copy
 import os
-from typing import Callable, Optional, Union
+from typing import Callable, Union
 
 import torch
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
@@ -38,7 +38,6 @@ from fl_lightning.federation.contexts import RoundPlanner
 from fl_lightning.federation.flat import FlatModel
 from fl_lightning.federation.seeding import run_seed_set
 from fl_lightning.federation.lightning_client import ClientJob, FederatedClient, check_module
-from fl_lightning.runs.files import save_atomically
 
 FIELD = "fit_reply"
 STATE = "fl-lightning.client"  # context.state's record: this node's client rows, committed and pending
@@ -70,28 +69,14 @@ def message_key(message: Message) -> str:
     return f"{meta.run_id}:{meta.message_id}:{meta.created_at}"
 
 
-def saved_rows(context: Context) -> Optional[dict]:
+def saved_rows(context: Context, run_id: str) -> NodeRows:
     """This node's rows (fl_lightning.deploy.rows) from ``context.state``, else from the ``state-dir`` file (a new
-    Flower run of the same fl-lightning run)."""
-    if STATE in context.state:
-        return protocol.value_of(context.state[STATE], context.state[f"{STATE}.form"])
-    path = rows_file(context)
-    return torch.load(path, weights_only=True) if path is not None and os.path.exists(path) else None
-
-
-def rows_file(context: Context) -> Optional[str]:
+    Flower run of the same fl-lightning run), kept in that file too."""
     directory = context.node_config.get("state-dir")
-    return os.path.join(str(directory), f"{STATE}.pt") if directory else None
-
-
-def refuse_trained(saved: Optional[dict], job: protocol.Job, key: str) -> None:
-    """A job of an earlier round than this node trained, or the same message again, is refused."""
-    if saved is None or saved["run_id"] != job.run_id:
-        return
-    if job.round < saved["round"] or (job.round == saved["round"] and saved.get("message") == key):
-        raise refuse_in_one_line(ConfigError(FIELD, f"this message is round {job.round + 1}'s of run "
-                                             f"{job.run_id[:8]}, but this node trained round {saved['round'] + 1} "
-                                             "already: answer each new train message once"))
+    path = os.path.join(str(directory), f"{STATE}.pt") if directory else None
+    if STATE in context.state:
+        return NodeRows(protocol.value_of(context.state[STATE], context.state[f"{STATE}.form"]), run_id, path)
+    return NodeRows.load(path, run_id)
 
 
 def check_algorithm(algorithm, setup: dict) -> None:
@@ -145,9 +130,8 @@ def fit_reply(message: Message, context: Context, model, trainer, data: Union[Ca
     if isinstance(partition, int) and partition != client_id:
         raise refuse_in_one_line(ConfigError("partition-id", f"the strategy sent client {client_id}'s job to the "
                                              f"node holding partition {partition}"))
-    saved, key = saved_rows(context), message_key(message)
-    refuse_trained(saved, job, key)
-    rows = NodeRows(saved, job.run_id)
+    rows, key = saved_rows(context, job.run_id), message_key(message)
+    rows.refuse_replay(FIELD, job.round, key)
     with client_store(job.setup["num_clients"], client_id, job.round, rows.committed(job.aggregated_round)) as store:
         client_job, callbacks = rebuild(model, job, store)
         callback = FederatedClient(client_job, algorithm=job.setup["algorithm_name"])
@@ -158,11 +142,9 @@ def fit_reply(message: Message, context: Context, model, trainer, data: Union[Ca
             trainer.callbacks.remove(callback)
         client, loss_sum, _ = client_job.result
         derived = protocol.report_on_node(callbacks, client)
-        rows.trained(job.round, written_rows(store, client_id) if derived is not None else {})
-    rows.state["message"] = key
+        rows.trained(job.round, written_rows(store, client_id) if derived is not None else {}, key)
     context.state[STATE], context.state[f"{STATE}.form"] = protocol.value_records(rows.state)
-    if rows_file(context) is not None:
-        save_atomically(rows.state, rows_file(context))
+    rows.save()
     content = protocol.reply_content(job, client, loss_sum, derived)
     content["metrics"] = MetricRecord({"train_loss": float(loss_sum) / max(client.steps, 1),
                                        "num-examples": int(callback.num_samples),

@@ -29,7 +29,6 @@ from fl_lightning.federation.memory_format import set_channels_last
 from fl_lightning.deploy.rows import NodeRows, client_store, written_rows
 from fl_lightning.deploy.run_config import RunObjects, build_run
 from fl_lightning.runs.identity import run_id
-from fl_lightning.runs.files import save_atomically
 
 ROWS_FILE = "rows.pt"  # the node's client rows (fl_lightning.deploy.rows)
 
@@ -84,6 +83,9 @@ class NodeSession:
         self.rows_path = os.path.join(directory, ROWS_FILE)
         if fresh and os.path.exists(self.rows_path):
             os.remove(self.rows_path)
+        elif os.path.exists(os.path.join(directory, "store.pt")) and not os.path.exists(self.rows_path):
+            raise ConfigError("state-dir", f"{directory} holds this run's client rows in the form before the row "
+                              "ledger (store.pt): resume it with the fl-lightning that started it, or start it afresh")
 
     def train(self, job: protocol.Job) -> RecordDict:
         """One client's round: the reply to the server (fl_lightning.deploy.protocol)."""
@@ -94,8 +96,8 @@ class NodeSession:
         if job.client_id != self.partition_id:
             raise ConfigError("partition-id", f"the server sent client {job.client_id}'s task to the node holding "
                               f"partition {self.partition_id}")
-        rows = NodeRows(torch.load(self.rows_path, weights_only=True) if os.path.exists(self.rows_path) else None,
-                        job.run_id)
+        rows = NodeRows.load(self.rows_path, job.run_id)
+        rows.refuse_replay("partition-id", job.round)
         with client_store(self.num_clients, job.client_id, job.round, rows.committed(job.aggregated_round)) as store:
             planner = RoundPlanner(self.module.flat, self.clients, self.blocks, store)
             plan = protocol.replay_round(planner.plan(job.round, job.lr, job.tasks()), self.callbacks, job)
@@ -103,5 +105,5 @@ class NodeSession:
             client, loss_sum, logs = self.trainer.run_client(plan.clients[job.position], plan)
             derived = protocol.report_on_node(self.callbacks, client)
             rows.trained(plan.round, written_rows(store, job.client_id) if derived is not None else {})
-        save_atomically(rows.state, self.rows_path)
+        rows.save()
         return protocol.reply_content(job, client, loss_sum, derived, logs, time.perf_counter() - started)

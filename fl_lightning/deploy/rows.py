@@ -7,21 +7,46 @@ client's in a fit. Each job trains with a store rebuilt from the committed rows,
 """
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from contextlib import contextmanager
 from typing import Iterator, Optional
 
+import torch
+
+from fl_lightning.errors import ConfigError
 from fl_lightning.federation.client_state import ClientStateStore
+from fl_lightning.runs.files import save_atomically
 
 
 class NodeRows:
-    """``state``: {run_id, round (the last trained), rows (committed: table → tensor), pending ({round, rows} of the
-    last upload, or None)}; a saved state of another run starts empty."""
+    """``state``: {run_id, round (the last trained), message (its message, where the trainer knows it), rows
+    (committed: table → tensor), pending ({round, rows} of the last upload, or None)}; a saved state of another run
+    starts empty. ``path``: the file it is kept in (None: the caller keeps ``state``, e.g. in ``context.state``)."""
 
-    def __init__(self, saved: Optional[dict], run_id: str):
+    def __init__(self, saved: Optional[dict], run_id: str, path: Optional[str] = None):
         fresh = saved is None or saved["run_id"] != run_id
-        self.state = {"run_id": run_id, "round": -1, "rows": {}, "pending": None} if fresh else saved
+        self.state = {"run_id": run_id, "round": -1, "message": None, "rows": {}, "pending": None} if fresh else saved
+        self.path = path
+
+    @classmethod
+    def load(cls, path: Optional[str], run_id: str) -> "NodeRows":
+        saved = torch.load(path, weights_only=True) if path is not None and os.path.exists(path) else None
+        return cls(saved, run_id, path)
+
+    def save(self) -> None:
+        if self.path is not None:
+            save_atomically(self.state, self.path)
+
+    def refuse_replay(self, field: str, job_round: int, message: Optional[str] = None) -> None:
+        """A job of an earlier round than this node trained (its server started again from an earlier point: its rows
+        would be later than its x^r), or the same message again, in one line."""
+        trained = self.state["round"]
+        if job_round < trained or (job_round == trained and message is not None and self.state["message"] == message):
+            raise ConfigError(field, f"round {job_round + 1} of run {self.state['run_id'][:8]} reached a node that "
+                              f"trained round {trained + 1} already: answer each train message once, and resume a "
+                              "server only from its newest checkpoint (or start the run afresh)")
 
     def committed(self, aggregated_round: int) -> dict:
         """The committed rows once the last upload's are settled: kept if the server aggregated it, else dropped."""
@@ -31,9 +56,9 @@ class NodeRows:
         self.state["pending"] = None
         return self.state["rows"]
 
-    def trained(self, round_idx: int, rows: dict) -> None:
+    def trained(self, round_idx: int, rows: dict, message: Optional[str] = None) -> None:
         """The rows this round's upload wrote, pending until the server's word."""
-        self.state["round"] = round_idx
+        self.state["round"], self.state["message"] = round_idx, message
         self.state["pending"] = {"round": round_idx, "rows": rows} if rows else None
 
 

@@ -47,7 +47,6 @@ def _without_fit_only(args: list[str]) -> tuple[list[str], bool]:
 def configured(fit_args: list[str]):
     """The run's objects built from its fit options (no fit), refused as its fit would refuse them with its clients
     on Flower nodes (``NodeClients.refuse``), before any node joins; and whether it resumes."""
-    from fl_lightning.assembly.fit import first_refusal
     from fl_lightning.cli import check_config_files, thread_option
     from fl_lightning.cli.lightning_cli import FederatedCLI
     from fl_lightning.deploy.protocol import NodeClients
@@ -56,8 +55,7 @@ def configured(fit_args: list[str]):
     options, resume = _without_fit_only(thread_option(["fit", *fit_args])[1:])
     config = options.index("--config")
     cli = FederatedCLI(args=options[config:], run=False)  # the server runs the command's fit: its objects, unfitted
-    cli.model.check_compatible(cli.datamodule, cli.trainer)  # the fit's own refusals (its Fit), then the deployment's
-    first_refusal(NodeClients.refuse(cli.model.fit))
+    cli.model.check_compatible(cli.datamodule, cli.trainer, NodeClients)  # as its fit will, its clients on nodes
     return cli, resume
 
 
