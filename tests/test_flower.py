@@ -220,6 +220,26 @@ def test_the_fits_connector_asks_the_deployments_refusal_of_the_runner_its_callb
     assert sorted(os.listdir(tmp_path)) == ["tiny.yaml"]
 
 
+def test_ckpt_path_last_resumes_the_nodes_only_where_the_deployed_runs_fit_finds_a_checkpoint(tmp_path, monkeypatch):
+    """The ServerApp tells its nodes to keep their rows (resume) only where its fit will resume: ``--ckpt_path
+    last`` with a checkpoint of this run in the deployed run's folder (``...,deployed=flower``); the simulation's
+    checkpoint of the same run id, in its own folder, is not the deployed run's."""
+    from fl_lightning.deploy.server_app import configured
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny.yaml").write_text(CONFIG)
+    args = ["--config", "tiny.yaml", "--trainer.max_epochs", "1", "--threads", "1"]
+    assert configured([*args, "--ckpt_path", "last"])[1] is False  # nothing written yet
+    assert main(["fit", *args]) == 0
+    assert configured([*args, "--ckpt_path", "last"])[1] is False  # the simulation's folder only
+    [simulated] = glob.glob(os.path.join("runs", "tiny", "*"))
+    os.rename(simulated, simulated + ",deployed=flower")
+    assert configured([*args, "--ckpt_path", "last"])[1] is True
+    assert configured([*args, "--ckpt_path=null"])[1] is False
+    [checkpoint] = glob.glob(os.path.join("runs", "tiny", "*", "version_0", "checkpoints", "*.ckpt"))
+    assert configured([*args, "--ckpt_path", checkpoint])[1] is True
+
+
 def test_the_clientapp_forwards_records_to_the_nodes_warm_worker_over_its_socket(tmp_path):
     """Flower's default ``--isolation subprocess``: the ClientApp process starts the node's worker on the first
     message and forwards each message's records over the local socket; the worker's answer (here the one-line

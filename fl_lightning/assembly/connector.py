@@ -228,9 +228,16 @@ def fit_callbacks(module) -> list:
         dp = ClientDP(module.privacy, controls=any(hook_traits(cb).uploads_control_variates for cb in algorithm))
         privacy, first = [dp], ([NoisedControlSum(dp)] if dp.controls else [])
     robust = [module.robust] if getattr(module, "robust", None) is not None else []
-    if robust and robust[0].attack is not None and not robust[0].attack.forges_uploads:
-        robust.append(PoisonedData(robust[0]))  # a data attack: the malicious clients' labels, flipped for the fit
-    return first + algorithm + privacy + ([CompressedUpload(module.codec)] if module.codec is not None else []) + robust
+    return (first + algorithm + privacy + ([CompressedUpload(module.codec)] if module.codec is not None else []) +
+            robust + data_parts(module))
+
+
+def data_parts(module) -> list[PoisonedData]:
+    """The fit's parts that change its clients' data: a data attack's relabelled malicious clients (an attack that
+    forges no upload; fl_lightning.attacks). Where the data is: the fit's Trainer, or a Flower node's copy."""
+    robust = getattr(module, "robust", None)
+    return [PoisonedData(robust)] if robust is not None and robust.attack is not None \
+        and not robust.attack.forges_uploads else []
 
 
 def check_before_fit(module, num_clients: int) -> None:

@@ -66,12 +66,6 @@ class ClientSizes:
         return int(self.sizes[client])
 
 
-class NothingSent:
-    """A client whose fit never ended: it downloaded nothing that was counted (the loop's lost client)."""
-
-    nbytes = 0
-
-
 class InProcessServer:
     """Args:
         model: the user's model (a LightningModule; a copy holds x^r).
@@ -184,19 +178,15 @@ class InProcessServer:
             raise refuse_in_one_line(ConfigError(self.field, "no round is open: call start_round() (or iterate "
                                                  "server.round()) first"))
         plan, jobs = self._plan, self.jobs
-        trained = [(position, job.result if job.result is not None else self._lost(job))
+        trained = [(position, job.result if job.result is not None else
+                    (ClientContext.lost(job.task, job.round, self.flat.vector, self.flat.grad, self.global_vector),
+                     torch.zeros(()), None))
                    for position, job in enumerate(jobs)]
         with run_seed_set(self.seed):
             loss = self.loop.finish_round(self.round_idx, plan, iter(trained))
         self.jobs, self._plan = None, None
         self.round_idx += 1
         return loss
-
-    def _lost(self, job: ClientJob) -> tuple:
-        job.task.lost = True
-        client = ClientContext.never_trained(job.task, job.round, self.flat.vector, self.flat.grad, self.global_vector)
-        client.download = NothingSent()
-        return client, torch.zeros(()), None
 
     def round(self) -> Iterator[ClientJob]:
         """``start_round()``, each job, then ``end_round()`` once the loop over them ends."""

@@ -1,7 +1,7 @@
 """A data attack's side of the fit (``label_flip``; docs/robustness.md): the malicious clients' labels flipped when
 training starts and restored when the fit ends — a part of the fit's data, added by the connector beside the robust
-server (fl_lightning.assembly.connector.fit_callbacks), which draws the malicious clients and names them
-(``malicious``)."""
+server (fl_lightning.assembly.connector.data_parts, which a Flower node asks too), which draws the malicious
+clients and names them (``malicious``)."""
 from __future__ import annotations
 
 import pytorch_lightning as pl
@@ -11,8 +11,6 @@ class PoisonedData(pl.Callback):
     """Args:
         server: the fit's robust server (fl_lightning.aggregation.RobustServer): its ``attack`` relabels, its
             ``malicious`` clients (drawn from the run seed at set-up) are relabelled."""
-
-    poisons_data = True  # a node that holds the data relabels it too (``poison``: fl_lightning.deploy.node)
 
     def __init__(self, server):
         self.server = server

@@ -232,8 +232,7 @@ class FederatedCLI(LightningCLI):
             return
         config = self.config[self.config.subcommand]
         check_before_any_directory(config.get("trainer") or {})
-        settle_config(config["model"], self._given_args)  # one recorded form per aggregator/attack setting
-        self.name_the_run(config)
+        self.name_the_run(config, self.config.subcommand)
         if config.get("ckpt_path") == "last" and self.config.subcommand == "fit":
             newest, self.checkpoint = newest_checkpoint(config.get("trainer") or {}, self.run_id)
             if newest is not None:
@@ -268,18 +267,21 @@ class FederatedCLI(LightningCLI):
                     for field, now, before in differences(f"{group}.{key}", now, plain(old)):
                         check_unchanged(field, now, before)
 
-    def name_the_run(self, config) -> None:
+    def name_the_run(self, config, subcommand: str, brought: Optional[list] = None) -> None:
         """The run's id, and its directory ``<name>/<label>`` for CSV/TensorBoard loggers, whatever their name,
-        unless the command or config gives their version (fl_lightning.runs.identity)."""
+        unless the command or config gives their version (fl_lightning.runs.identity). The aggregator and the
+        attack get their one recorded form first (``settle_config``). ``brought``: the callbacks (objects or class
+        paths) the fit adds to the config's, default those ``main(callbacks=...)`` adds (the ServerApp's)."""
+        settle_config(config["model"], self._given_args)
         settings = config.clone().as_dict()
         self.run_id = run_id(settings)
-        brought = self.trainer_defaults.get("callbacks") or []  # objects main(callbacks=...) adds (the ServerApp's)
+        brought = self.trainer_defaults.get("callbacks") or [] if brought is None else brought
         trainer = settings.get("trainer") or {}
         label = run_label({**settings, "trainer": {**trainer, "callbacks": [*trainer_callbacks(settings), *brought]}},
                           algorithm_name(settings["model"].get("algorithm"), settings["model"].get("compression")),
                           self._given_args)
-        if self.config.subcommand != "fit":
-            label = f"{label}/{self.config.subcommand}"
+        if subcommand != "fit":
+            label = f"{label}/{subcommand}"
         loggers = (config.get("trainer") or {}).get("logger")
         for logger in loggers if isinstance(loggers, list) else [loggers]:
             if getattr(logger, "class_path", "").rsplit(".", 1)[-1] in FOLDER_LOGGERS \

@@ -20,6 +20,7 @@ from typing import Optional
 import torch
 from flwr.app import RecordDict
 
+from fl_lightning.assembly.connector import data_parts
 from fl_lightning.callbacks.base import FLCallback
 from fl_lightning.deploy import protocol
 from fl_lightning.errors import ConfigError
@@ -69,11 +70,9 @@ class NodeSession:
         module.net.train()
         (_, local), _ = module.configure_optimizers()
         self.module, self.optimizer, self.clients = module, local, data.clients
-        callbacks = module.configure_callbacks()
-        for callback in callbacks:  # a data attack relabels the malicious clients here, where the data is
-            if getattr(callback, "poisons_data", False):
-                callback.poison(data, hp.clients_per_round)
-        self.callbacks = [cb for cb in callbacks if isinstance(cb, FLCallback)]
+        for part in data_parts(module):  # a data attack relabels the malicious clients here, where the data is
+            part.poison(data, hp.clients_per_round)
+        self.callbacks = [cb for cb in module.configure_callbacks() if isinstance(cb, FLCallback)]
         grad_clip = hp.grad_clip if hp.grad_clip is not None else module.algorithm.default_grad_clip()
         config = LocalConfig(hp.clients_per_round, hp.local_epochs, hp.batch_size, hp.weighted_aggregation, grad_clip,
                              1, module.local_trainer)

@@ -298,11 +298,8 @@ class NodeClients(ClientRunner):
         device = trainer.global_vector.device
         logs, loss_sum = RecordedLogs(), torch.zeros((), device=device)
         if reply is None:
-            task.lost = True
-            client = ClientContext.never_trained(task, plan.round, trainer.flat.vector, trainer.flat.grad,
-                                                 trainer.global_vector)
-            client.download = SentBytes(0)
-            return client, loss_sum, logs
+            return (ClientContext.lost(task, plan.round, trainer.flat.vector, trainer.flat.grad, trainer.global_vector),
+                    loss_sum, logs)
         client = ClientContext.on_trainer(task, plan, trainer, reply.weight)
         client.upload = reply.upload
         for part in client.upload.parts:

@@ -28,35 +28,42 @@ from fl_lightning.errors import FLUserError
 app = ServerApp()
 
 
-def _without_fit_only(args: list[str]) -> tuple[list[str], bool]:
-    """The options a config-only build takes (``--ckpt_path`` is fit's), and whether the fit resumes."""
-    out, resume, skip = [], False, False
+def _without_fit_only(args: list[str]) -> tuple[list[str], Optional[str]]:
+    """The options a config-only build takes (``--ckpt_path`` is fit's), and the fit's ``--ckpt_path``."""
+    out, ckpt_path, skip = [], None, False
     for word in args:
         if skip:
-            skip, resume = False, resume or word != "null"
-            continue
-        if word == "--ckpt_path":
+            skip, ckpt_path = False, word
+        elif word == "--ckpt_path":
             skip = True
         elif word.startswith("--ckpt_path="):
-            resume = resume or word.split("=", 1)[1] != "null"
+            ckpt_path = word.split("=", 1)[1]
         else:
             out.append(word)
-    return out, resume
+    return out, None if ckpt_path == "null" else ckpt_path
 
 
 def configured(fit_args: list[str]):
     """The run's objects built from its fit options (no fit), refused as its fit would refuse them with its clients
-    on Flower nodes (``NodeClients.refuse``), before any node joins; and whether it resumes."""
+    on Flower nodes (``NodeClients.refuse``), before any node joins; and whether it resumes (``--ckpt_path last``:
+    only where the fit will find a checkpoint of this run, else its nodes start afresh as its server does)."""
     from fl_lightning.cli import check_config_files, thread_option
+    from fl_lightning.cli.checkpoints import newest_checkpoint
     from fl_lightning.cli.lightning_cli import FederatedCLI
+    from fl_lightning.class_paths import class_path
     from fl_lightning.deploy.protocol import NodeClients
+    from fl_lightning.deploy.remote import FlowerClients
 
     check_config_files(fit_args)
-    options, resume = _without_fit_only(thread_option(["fit", *fit_args])[1:])
+    options, ckpt_path = _without_fit_only(thread_option(["fit", *fit_args])[1:])
     config = options.index("--config")
     cli = FederatedCLI(args=options[config:], run=False)  # the server runs the command's fit: its objects, unfitted
     cli.model.check_compatible(cli.datamodule, cli.trainer, NodeClients)  # as its fit will, its clients on nodes
-    return cli, resume
+    if ckpt_path == "last":  # the fit's own search, in the folder its loggers will name (a copy of its config)
+        named = cli.config.clone()
+        cli.name_the_run(named, "fit", brought=[class_path(FlowerClients)])
+        ckpt_path = newest_checkpoint(named.get("trainer") or {}, cli.run_id)[0]
+    return cli, ckpt_path is not None
 
 
 def serve(grid, fit_args: list[str], join_timeout: float, round_timeout: float) -> int:

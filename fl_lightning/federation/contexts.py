@@ -135,9 +135,11 @@ class ClientContext:
                    grad, global_vector, **functions)
 
     @classmethod
-    def never_trained(cls, task: ClientTask, round_idx: int, vector: torch.Tensor, grad: torch.Tensor,
-                      global_vector: torch.Tensor) -> "ClientContext":
-        """A sampled client whose training never happened or never reached the server (it counts as not reported)."""
+    def lost(cls, task: ClientTask, round_idx: int, vector: torch.Tensor, grad: torch.Tensor,
+             global_vector: torch.Tensor) -> "ClientContext":
+        """A sampled client whose training never happened or never reached the server: its task is lost (it counts
+        as not reported), and nothing it downloaded is counted (an empty ``download``)."""
+        task.lost = True
         return cls(task, round_idx, float("nan"), 0.0, 0.0, 1.0, vector, grad, global_vector)
 
     def keep_final_model(self) -> None:
