@@ -43,7 +43,9 @@ ALGORITHMS = ["fedavg", "local", "fedavg_ft", "fedbn", "fedper", "fedrep", "ditt
 # each method's own hyper-parameter and the values searched (methods not listed have none to tune here)
 # (widened past every edge pick: the first grid, two values each, picked an edge every time; FedAvg-FT's profile is
 # flat from 80 fine-tune epochs to 160, so the grid stops there)
+# Local's own epochs per round (model.local_epochs) on FedAvg-FT's grid: Local at equal computation (issue 69 item 4)
 SEARCH = {"fedavg_ft": ("finetune_epochs", [1, 5, 10, 20, 40, 80, 160]), "fedrep": ("head_epochs", [1, 5, 10, 20]),
+          "local": ("local_epochs", [1, 5, 10, 20, 40, 80, 160]),
           "ditto": ("lam", [0.001, 0.01, 0.03, 0.1, 0.3, 1.0]), "apfl": ("alpha", [0.1, 0.25, 0.5, 0.75]),
           "fedbcgd_personal": ("server_momentum", [0.0, 0.5, 0.8, 0.9, 0.95])}
 # rounds per partition; "session": 50 rounds on ρ 0.1 (where the earlier table had 12), the other two partitions at
@@ -58,6 +60,8 @@ SEEDS, SEARCH_SEED = [0, 1, 2], 10
 # evaluations, 2,448 s a fit); FedRep adds HEAD_EPOCH_S per head epoch per round (the round's 10 clients; measured:
 # 10 epochs, 12 rounds, 391 s a fit)
 START_S, ROUND_S, FINETUNE_EPOCH_S, HEAD_EPOCH_S = 15.0, 5.5, 4.9, 2.6
+LOCAL_EPOCH_S = FINETUNE_EPOCH_S / 2  # Local: one more epoch on each of the round's 10 clients (of 20)
+MODULE_OPTIONS = {"local_epochs"}  # options of the module (--model.X), not of the algorithm (--model.algorithm.X)
 
 
 @dataclass(frozen=True)
@@ -89,7 +93,8 @@ class Fit:
     def argv(self) -> list[str]:
         extra = ["--model.network.norm", "bn"] if self.alg == "fedbn" else []
         if self.option:
-            extra += [f"--model.algorithm.{self.option[0]}", str(self.option[1])]
+            scope = "model" if self.option[0] in MODULE_OPTIONS else "model.algorithm"
+            extra += [f"--{scope}.{self.option[0]}", str(self.option[1])]
         return [FL, "fit", "--config", CONFIG, "--model.algorithm", self.alg, *extra, *PARTITIONS[self.part],
                 "--data.samples_per_client", str(self.samples), "--trainer.max_epochs", str(self.rounds),
                 "--trainer.check_val_every_n_epoch", str(self.rounds), "--model.personal_eval_every", str(self.every),
@@ -110,7 +115,8 @@ class Fit:
         evaluations = -(-self.rounds // self.every)  # every k rounds, and after the last
         return (START_S + ROUND_S * self.rounds
                 + FINETUNE_EPOCH_S * (value if option == "finetune_epochs" else 0) * evaluations
-                + HEAD_EPOCH_S * (value if option == "head_epochs" else 0) * self.rounds)
+                + HEAD_EPOCH_S * (value if option == "head_epochs" else 0) * self.rounds
+                + LOCAL_EPOCH_S * (value - 1 if option == "local_epochs" else 0) * self.rounds)
 
 
 def final_pval(run: Path) -> float:

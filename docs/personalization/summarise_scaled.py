@@ -5,7 +5,10 @@ finished run in OUT, with the earlier value's runs, labelled so.
 
   python docs/personalization/summarise_scaled.py OUT
 
-Gain = pval/acc_mean − the better of Local and the label prior (same seed), mean ± sample std over seeds.
+Gain = pval/acc_mean − the better of Local and the label prior (same seed), mean ± sample std over seeds. Local is
+the Local run at chosen.json's epochs per round (Local at equal computation: docs/personalization.md) where OUT has
+it. "Client epochs" is each method's local computation: the epochs a client trains over the fit, on average
+(``client_epochs``).
 """
 from __future__ import annotations
 
@@ -37,6 +40,23 @@ def read(run: Path) -> list[dict]:
         return [{k: float(v) for k, v in r.items() if k and v not in ("", None)} for r in csv.DictReader(f)]
 
 
+def client_epochs(config: dict) -> str:
+    """The epochs a client trains over the fit, on average: rounds × S/M × local epochs, plus FedRep's head epochs and
+    Ditto's and APFL's personal epochs each time it is sampled, and FedAvg-FT's fine-tune epochs before the last
+    evaluation (on every client, from x^r)."""
+    model, rounds = config["model"], config["trainer"]["max_epochs"]
+    options = (model.get("algorithm") or {}).get("init_args") or {}
+    sampled = rounds * model["clients_per_round"] / config["data"]["num_clients"]
+    trained = f"{sampled * model['local_epochs']:g}"
+    if "finetune_epochs" in options:
+        return f"{trained} + {options['finetune_epochs']} fine-tune"
+    if "head_epochs" in options:
+        return f"{trained} + {sampled * options['head_epochs']:g} head"
+    if "personal_epochs" in options:
+        return f"{trained} + {sampled * options['personal_epochs']:g} personal"
+    return trained
+
+
 def pval_at(rows: list[dict], budget: float) -> float:
     """pval/acc_mean at the last evaluation within ``budget`` floats (d); nan if none."""
     within = [r for r in rows if "pval/acc_mean" in r and r["comm/upload_d"] <= budget + 1e-6]
@@ -66,8 +86,9 @@ def main(out: Path) -> None:
     print(f"Scale: **{scale.get('scale', '?')}**, rounds: {rounds}. Made by `{scale.get('command', '?')}`"
           f" then `python docs/personalization/summarise_scaled.py {out}`.\n")
     print("| partition | algorithm | hyper-parameter | seeds | pval mean (equal rounds) | pval p10 | pval at FedBCGD-p's "
-          "floats | val/acc (global) | upload (d) | label prior mean (p10) | Local | gain over max(Local, prior) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "floats | val/acc (global) | upload (d) | client epochs | label prior mean (p10) | Local | gain over "
+          "max(Local, prior) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for part_dir in sorted(p for p in (out / "runs").iterdir() if p.is_dir()):
         part, runs, labels = part_dir.name, {}, {}
         for alg, by_setting in finished_runs(part_dir).items():
@@ -99,6 +120,7 @@ def main(out: Path) -> None:
                   f"{cell([pval_at(runs[alg][s][0], budget) for s in seeds])} | "
                   f"{cell([v[-1] if v else math.nan for v in vals])} | "
                   f"{cell([runs[alg][s][0][-1]['comm/upload_d'] for s in seeds], 2)} | "
+                  f"{client_epochs(yaml.safe_load((runs[alg][seeds[0]][1] / 'config.yaml').read_text()))} | "
                   f"{cell([priors[s]['acc_mean'] for s in seeds])} ({cell([priors[s]['acc_p10'] for s in seeds])}) | "
                   f"{cell([local[s] for s in seeds if s in local])} | {cell(gain)} |")
     print("\n(mean ± sample std over seeds; pval at FedBCGD-p's floats: each method's pval/acc_mean at the last "
