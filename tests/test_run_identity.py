@@ -247,3 +247,25 @@ def test_an_aggregator_or_attack_is_labelled_by_its_record_however_it_was_writte
                                      "init_args": {"f": 1, "bucket": 2}}
     assert run_label(config, "fedavg", ["--model.aggregator", "krum", "--model.aggregator.bucket", "2"]) == \
         "fedavg,aggregator=Krum,bucket=2,seed=0"
+
+
+def test_a_config_without_an_algorithm_resumes_as_the_unbroken_fit():
+    """``model.algorithm`` left out is FedAvg, and its checkpoint records FedAvg's spec: ``--ckpt_path last`` resumes
+    it (it used to stop with "model.algorithm: is None now but FedAvg in the checkpoint") to the unbroken fit's
+    numbers, in its own folder."""
+    config = yaml.safe_load(Path(QUICKSTART).read_text())
+    del config["model"]["algorithm"]
+    Path("plain.yaml").write_text(yaml.safe_dump(config))
+
+    def rows(run: str) -> list[dict]:
+        """Every logged value but the wall times and test/* (the first piece also tested, when it stopped)."""
+        with open(f"runs/quickstart/fedavg,seed=0/{run}/metrics.csv") as f:
+            kept = [{k: v for k, v in row.items() if v and not k.startswith(("time/", "test/"))}
+                    for row in csv.DictReader(f)]
+        return [row for row in kept if set(row) - {"epoch", "step"}]
+
+    plain = ["fit", "--config", "plain.yaml", *QUIET]
+    assert main([*plain, "--trainer.max_epochs", "2"]) == 0
+    assert main([*plain, "--trainer.max_epochs", "3", "--ckpt_path", "last"]) == 0
+    assert main([*plain, "--trainer.max_epochs", "3"]) == 0  # the unbroken fit: a new version of the same run
+    assert rows("version_0") == rows("version_1") and len(rows("version_1")) >= 3
