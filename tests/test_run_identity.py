@@ -249,10 +249,10 @@ def test_an_aggregator_or_attack_is_labelled_by_its_record_however_it_was_writte
         "fedavg,aggregator=Krum,bucket=2,seed=0"
 
 
-def test_a_config_without_an_algorithm_resumes_as_the_unbroken_fit():
-    """``model.algorithm`` left out is FedAvg, and its checkpoint records FedAvg's spec: ``--ckpt_path last`` resumes
-    it (it used to stop with "model.algorithm: is None now but FedAvg in the checkpoint") to the unbroken fit's
-    numbers, in its own folder."""
+def test_a_config_without_an_algorithm_is_the_fedavg_run_and_resumes_as_the_unbroken_fit():
+    """``model.algorithm`` left out is FedAvg: the same run id as ``--model.algorithm fedavg`` (it used to get
+    another), and ``--ckpt_path last`` resumes it (it used to stop with "model.algorithm: is None now but FedAvg in
+    the checkpoint") to the unbroken fit's numbers."""
     config = yaml.safe_load(Path(QUICKSTART).read_text())
     del config["model"]["algorithm"]
     Path("plain.yaml").write_text(yaml.safe_dump(config))
@@ -267,5 +267,7 @@ def test_a_config_without_an_algorithm_resumes_as_the_unbroken_fit():
     plain = ["fit", "--config", "plain.yaml", *QUIET]
     assert main([*plain, "--trainer.max_epochs", "2"]) == 0
     assert main([*plain, "--trainer.max_epochs", "3", "--ckpt_path", "last"]) == 0
-    assert main([*plain, "--trainer.max_epochs", "3"]) == 0  # the unbroken fit: a new version of the same run
+    assert main([*plain, "--trainer.max_epochs", "3", "--model.algorithm", "fedavg"]) == 0  # unbroken, named
     assert rows("version_0") == rows("version_1") and len(rows("version_1")) >= 3
+    ids = {read_run_id(Path(f"runs/quickstart/fedavg,seed=0/{run}/config.yaml")) for run in ("version_0", "version_1")}
+    assert len(ids) == 1 and None not in ids

@@ -43,7 +43,7 @@ ALGORITHMS = ["fedavg", "local", "fedavg_ft", "fedbn", "fedper", "fedrep", "ditt
 # each method's own hyper-parameter and the values searched (methods not listed have none to tune here)
 # (widened past every edge pick: the first grid, two values each, picked an edge every time; FedAvg-FT's profile is
 # flat from 80 fine-tune epochs to 160, so the grid stops there)
-# Local's own epochs per round (model.local_epochs) on FedAvg-FT's grid: Local at equal computation (issue 69 item 4)
+# Local's own epochs per round (model.local_epochs) on FedAvg-FT's grid: Local at equal computation (docs)
 SEARCH = {"fedavg_ft": ("finetune_epochs", [1, 5, 10, 20, 40, 80, 160]), "fedrep": ("head_epochs", [1, 5, 10, 20]),
           "local": ("local_epochs", [1, 5, 10, 20, 40, 80, 160]),
           "ditto": ("lam", [0.001, 0.01, 0.03, 0.1, 0.3, 1.0]), "apfl": ("alpha", [0.1, 0.25, 0.5, 0.75]),

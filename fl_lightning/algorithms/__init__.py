@@ -39,6 +39,15 @@ def get(name: str) -> Entry:
     return REGISTRY[name]
 
 
+DEFAULT_ALGORITHM = "fedavg"  # what model.algorithm left out (None) means
+
+
+def default_spec() -> dict:
+    """The default algorithm as a fit records it (``Algorithm.spec``): a run that leaves ``model.algorithm`` out is
+    the run that names it (one identity, fl_lightning.runs.identity; its checkpoint resumes)."""
+    return create(DEFAULT_ALGORITHM)[0].spec()
+
+
 def create(name: str) -> tuple[Algorithm, "Codec | None"]:
     """The algorithm ``name`` with its default options, and the codec its name implies (or None)."""
     entry = get(name)
@@ -48,4 +57,4 @@ def create(name: str) -> tuple[Algorithm, "Codec | None"]:
 __all__ = ["APFL", "REGISTRY", "Algorithm", "Centralized", "Ditto", "Entry", "FedAdam", "FedAvg", "FedAvgFT", "FedAvgM",
            "FedBCGD", "FedBCGDFreezing", "FedBCGDPersonal", "FedBCGDPlus", "FedBN", "FedDC", "FedDyn", "FedNova",
            "FedPer", "FedProx", "FedRep", "FedYogi", "Local", "SCAFFOLD",
-           "algorithms_with", "create", "get", "register", "register_preset"]
+           "DEFAULT_ALGORITHM", "algorithms_with", "create", "default_spec", "get", "register", "register_preset"]

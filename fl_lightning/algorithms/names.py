@@ -11,7 +11,7 @@ from typing import Optional
 import yaml
 from jsonargparse import set_loader
 
-from fl_lightning.algorithms import REGISTRY, get
+from fl_lightning.algorithms import DEFAULT_ALGORITHM, REGISTRY, get
 from fl_lightning.class_paths import class_path, current_path, import_class  # noqa: F401  (re-exported)
 from fl_lightning.compression import CODECS
 from fl_lightning.errors import ConfigError
@@ -147,7 +147,7 @@ def algorithm_name(algorithm, compression=None) -> str:
 
     algorithm_path, codec = path_of(algorithm), path_of(compression)
     if algorithm_path is None or _is_name(algorithm_path):
-        name = algorithm_path or "fedavg"
+        name = algorithm_path or DEFAULT_ALGORITHM
         if codec is None or name not in REGISTRY or REGISTRY[name].codec is not None:
             return name
         algorithm_path = class_path(REGISTRY[name].algorithm)  # a name plus a codec: as for a class path

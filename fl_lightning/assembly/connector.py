@@ -28,7 +28,7 @@ from typing import Callable, Optional
 from pytorch_lightning.utilities import rank_zero_warn
 
 from fl_lightning.aggregation import RobustServer, resolve_aggregator, resolve_attack
-from fl_lightning.algorithms import Algorithm, create
+from fl_lightning.algorithms import DEFAULT_ALGORITHM, Algorithm, create
 from fl_lightning.assembly.fit import Fit, first_refusal, hook_traits, network_traits
 from fl_lightning.attacks.poisoned_data import PoisonedData
 from fl_lightning.callbacks import CompressedUpload
@@ -294,7 +294,7 @@ def choose_algorithm(algorithm, compression, field: str = "model") -> tuple[Algo
             raise refuse_in_one_line(ConfigError(option, f"{err}; `fl-lightning algorithms {algorithm['name']}` lists "
                                                  "its options")) from None
     elif algorithm is None or isinstance(algorithm, str):
-        algorithm, implied = create(algorithm or "fedavg")
+        algorithm, implied = create(algorithm or DEFAULT_ALGORITHM)
     algorithm = resolve_part(algorithm, Algorithm, option, "a fl_lightning.algorithms.Algorithm or a name", off=())
     if compression == "none":
         return algorithm, None

@@ -24,12 +24,11 @@ from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
 from pytorch_lightning.loggers import WandbLogger
 from lightning_fabric.utilities.exceptions import MisconfigurationException
 
-from fl_lightning.algorithms import algorithms_with
+from fl_lightning.algorithms import algorithms_with, default_spec
 from fl_lightning.compression import CODECS
 from fl_lightning.algorithms.describe import fit_description
 from fl_lightning.algorithms.names import algorithm_name, class_path, expand_args, import_class
 from fl_lightning.aggregation import expand_names, settle_config
-from fl_lightning.assembly.connector import choose_algorithm
 from fl_lightning.federation.blocks import partition_for
 from fl_lightning.runs.checkpoint_io import refuse_before_algorithm_objects
 from fl_lightning.data.datamodule import FederatedDataModule
@@ -266,7 +265,7 @@ class FederatedCLI(LightningCLI):
                 if key in config[group] and key not in TAKES_EFFECT_AT_RESUME:
                     now = plain(specs.get(key)) if group == "model" and key in SYSTEM_KEYS else plain(config[group][key])
                     if group == "model" and key == "algorithm" and now is None:  # the default one, as it was recorded
-                        now = plain(choose_algorithm(None, "none")[0].spec())
+                        now = plain(default_spec())
                     for field, now, before in differences(f"{group}.{key}", now, plain(old)):
                         check_unchanged(field, now, before)
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Optional
 
 from fl_lightning.aggregation.options import settle_config
+from fl_lightning.algorithms import default_spec
 from fl_lightning.algorithms.names import import_class
 from fl_lightning.callbacks import FLCallback
 from fl_lightning.errors import FLUserError
@@ -138,6 +139,8 @@ def identity_settings(config: dict) -> dict:
     callbacks = [{"class_path": path, "init_args": args} for path, args in numeric_callbacks(config)]
     if callbacks:
         trainer["callbacks"] = callbacks
+    if model.get("algorithm") is None:  # left out: the default algorithm, as a run that names it records it
+        model["algorithm"] = default_spec()
     network = model.get("network")
     if isinstance(network, dict) and _class_name(str(network.get("class_path"))) != network.get("class_path"):
         # a built-in network's sizes are the data's (filled in from it, or checked against it): the data
