@@ -142,7 +142,9 @@ def search(root: Path, chosen: dict) -> None:
             alg, setting = run.name.split(",")[:2]
             option, value = setting.split("=")
             rows = [r for r in read(run) if "pval/acc_mean" in r]
-            scores.setdefault((alg, option), []).append((float(value), rows[-1]["pval/acc_mean"] if rows else math.nan))
+            if not rows:  # still running (a search fit evaluates pval/* once, at its end)
+                continue
+            scores.setdefault((alg, option), []).append((float(value), rows[-1]["pval/acc_mean"]))
         for (alg, option), points in sorted(scores.items(), key=lambda item: ORDER.index(item[0][0])):
             points.sort()
             pick = float(chosen.get(f"{part_dir.name}/{alg}", (option, math.nan))[1])
