@@ -209,7 +209,9 @@ def main() -> int:
                 chosen[(part, alg)] = (option, values[0])
                 continue
             if reused:
-                chosen[(part, alg)] = tuple(reused.get(f"{part}/{alg}", reused[f"dirichlet0.1/{alg}"]))
+                pick = reused.get(f"{part}/{alg}") or reused.get(f"dirichlet0.1/{alg}")
+                if pick:  # none chosen for this method (a chosen.json from before its search): the config's value
+                    chosen[(part, alg)] = tuple(pick)
                 continue
             # to 6 decimals: two means of 20 clients' accuracies (multiples of 0.0005) that differ below that
             # differ only by float rounding (80 and 160 fine-tune epochs: 0.8154999999999999, 0.8155000000000001)

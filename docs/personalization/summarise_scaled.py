@@ -42,14 +42,15 @@ def read(run: Path) -> list[dict]:
 
 def client_epochs(config: dict) -> str:
     """The epochs a client trains over the fit, on average: rounds × S/M × local epochs, plus FedRep's head epochs and
-    Ditto's and APFL's personal epochs each time it is sampled, and FedAvg-FT's fine-tune epochs before the last
-    evaluation (on every client, from x^r)."""
+    Ditto's and APFL's personal epochs each time it is sampled, and FedAvg-FT's fine-tune epochs (on every client,
+    from x^r) at each of its per-client evaluations — the last one's are behind the accuracy shown."""
     model, rounds = config["model"], config["trainer"]["max_epochs"]
     options = (model.get("algorithm") or {}).get("init_args") or {}
     sampled = rounds * model["clients_per_round"] / config["data"]["num_clients"]
     trained = f"{sampled * model['local_epochs']:g}"
     if "finetune_epochs" in options:
-        return f"{trained} + {options['finetune_epochs']} fine-tune"
+        evaluations = -(-rounds // (model.get("personal_eval_every") or rounds))  # every k rounds, and the last
+        return f"{trained} + {evaluations} × {options['finetune_epochs']} fine-tune"
     if "head_epochs" in options:
         return f"{trained} + {sampled * options['head_epochs']:g} head"
     if "personal_epochs" in options:
@@ -99,7 +100,9 @@ def main(out: Path) -> None:
             elif by_setting:  # the search's pick was not run at this scale: the earlier pick's runs, said so
                 earlier = sorted(by_setting)[0]
                 runs[alg] = by_setting[earlier]
-                labels[alg] = earlier.replace("=", " = ") + (f" (earlier pick; {hp[1]} not run here)" if hp else "")
+                labels[alg] = (earlier.replace("=", " = ") or "—") + (f" (earlier pick; {hp[1]} not run here)"
+                                                                         if hp and earlier else
+                                                                         f" ({hp[1]} not run here)" if hp else "")
         priors = {}
         for seed in {s for by_seed in runs.values() for s in by_seed}:
             rows, version = next(by_seed[seed] for by_seed in runs.values() if seed in by_seed)

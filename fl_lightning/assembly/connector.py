@@ -219,7 +219,7 @@ def received_for(module) -> Callable[..., ReceivedSums]:
 
 
 def fit_callbacks(module) -> list:
-    """The fit's FLCallbacks, in the order they run: the algorithm's hooks; with ``model.privacy`` client-level DP
+    """The fit's callbacks, in the order they run: the algorithm's hooks; with ``model.privacy`` client-level DP
     after them and, with control variates, Δc's noise before them; the codec on what they upload; robust
     aggregation last (fl_lightning.aggregation), and a data attack's relabelled data (fl_lightning.attacks)."""
     algorithm = module.algorithm.callbacks()

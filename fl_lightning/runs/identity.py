@@ -7,8 +7,9 @@ training or aggregation (an ``FLCallback``, or any callback with ``changes_numbe
 its init args. Not by the options that may change when it resumes (the budget, evaluation
 schedule, logging, parallel clients, threads) nor by paths: the data's identity is its content,
 checked at resume by the datamodule's fingerprint. Classes of fl-lightning enter by their class
-name, not their module path, so code can move without changing any id; settings that are None are
-left out, so a new option whose default is None (off) changes no id either; a built-in network's sizes
+name, not their module path, so code can move without changing any id; ``model.algorithm`` left out (None) is
+the default algorithm as a run that names it records it; other settings that are None are left out, so a new
+option whose default is None (off) changes no id either; a built-in network's sizes
 (input features, channels, image side, classes) are the data's and are left out too, so the id is
 the same before the CLI fills them in from the data (sweep, --ckpt_path last) and after (config.yaml). The id is a digest of
 those settings; it is written at the top of the run's config.yaml and into every checkpoint, so
